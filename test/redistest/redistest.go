@@ -1,0 +1,142 @@
+// Package redistest starts real redis-server processes for tests.
+//
+// Every server listens on a free loopback port, keeps no data on disk, and is
+// stopped by t.Cleanup. Tests never talk to a Redis they did not start.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server owned by a test.
+//
+// Addr is "127.0.0.1:<port>". Cmd is the process; Dir its working directory
+// (a t.TempDir). Fields are set by Start and read-only afterwards.
+type Server struct {
+	Addr string
+	Port int
+	Dir  string
+	Cmd  *exec.Cmd
+}
+
+// Binary returns the path of redis-server, or "" when it is not installed.
+func Binary() string {
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// Require skips t when redis-server is missing outside CI, and fails it in CI
+// (CI=true), where .ci/run installs redis-server and a skip would hide failures.
+func Require(t testing.TB) string {
+	t.Helper()
+	p := Binary()
+	if p != "" {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("redis-server not found in PATH; .ci/run must install it (apt-get install -y redis-server)")
+	}
+	t.Skip("needs redis-server (apt-get install -y redis-server); `make test` installs it")
+	return ""
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// A race with another process is possible; Start retries on bind failure.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen for a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs redis-server with the given extra configuration arguments
+// (each "--name value" pair as two strings, e.g. "--requirepass", "pw") on a
+// free loopback port, waits until it answers PING, and stops it at cleanup.
+// It fails the test after 3 attempts or 10 s.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin := Require(t)
+	dir := t.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port := FreePort(t)
+		full := append([]string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", dir,
+			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
+		}, args...)
+		cmd := exec.Command(bin, full...)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start redis-server: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, Cmd: cmd}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		if lastErr = waitReady(s.Addr, exited, 10*time.Second); lastErr == nil {
+			t.Cleanup(func() { s.stop(exited) })
+			return s
+		}
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	t.Fatalf("redis-server did not start: %v", lastErr)
+	return nil
+}
+
+// Stop kills the server now (for tests of an upstream going away). Cleanup
+// tolerates a server that is already stopped.
+func (s *Server) Stop() {
+	_ = s.Cmd.Process.Kill()
+}
+
+func (s *Server) stop(exited chan error) {
+	_ = s.Cmd.Process.Kill()
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// waitReady polls addr with PING until +PONG or -NOAUTH (a server with a
+// password is up too), the process exits, or the timeout passes.
+func waitReady(addr string, exited chan error, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("redis-server exited: %v", err)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, rerr := bufio.NewReader(c).ReadString('\n')
+			_ = c.Close()
+			if rerr == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH")) {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("no PONG from %s within %v", addr, timeout)
+}
