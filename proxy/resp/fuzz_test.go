@@ -1,0 +1,75 @@
+package resp
+
+import (
+	"fmt"
+	"testing"
+)
+
+var requestSeeds = []string{
+	"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "GET k\r\n", "*-1\r\n", "*0\r\n", "*1\r\n$0\r\n\r\n",
+	"*9223372036854775807\r\n", "*1\r\n$9223372036854775807\r\n", "*1\r\n$-1\r\n",
+	"*12345678901234567890\r\n", "*2147483648\r\n", "*1\r\n$536870913\r\n",
+	"*1\r\n$4\r\nPINGxx", "*1\rx$4\rxPING\r\n", "SET \"a\\x41\" 'b\\'c'\r\n", "GET \"a\r\n",
+	"ECHO a\x00b\r\n", "\r\n\n", "*1\r\nx\r\n", "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000\r\n",
+}
+
+// FuzzRequestParser checks that the parser never panics and finds the same
+// commands whether the input arrives whole or one byte at a time.
+func FuzzRequestParser(f *testing.F) {
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		whole, _ := drive(NewRequestParser(1<<20), [][]byte{in})
+		var chunks [][]byte
+		for i := range in {
+			chunks = append(chunks, in[i:i+1])
+		}
+		split, _ := drive(NewRequestParser(1<<20), chunks)
+		if fmt.Sprint(whole) != fmt.Sprint(split) {
+			t.Fatalf("whole %v != byte by byte %v", whole, split)
+		}
+		for _, e := range whole {
+			if e.kind == Complete && e.argc <= 0 {
+				t.Fatalf("complete command with argc %d", e.argc)
+			}
+		}
+	})
+}
+
+var replySeeds = []string{
+	"+OK\r\n", "-ERR x\r\n", ":1\r\n", "$5\r\nhello\r\n", "$-1\r\n", "*-1\r\n", "_\r\n", "*0\r\n",
+	"%1\r\n+a\r\n:1\r\n", ">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n", "|1\r\n+a\r\n+b\r\n:2\r\n",
+	"*1\r\n*1\r\n*1\r\n:1\r\n", "$9223372036854775807\r\n", "*-9223372036854775808\r\n",
+	"$3\r\nabc", "=5\r\ntxt:x\r\n", "#t\r\n", ",inf\r\n", "(1\r\n", "!3\r\nERR\r\n", "$2\r\nab\n\n",
+}
+
+// FuzzReplyFramer checks that the framer never panics, that splitting the
+// input does not change the replies it finds, and that accepted replies
+// account for exactly the bytes consumed.
+func FuzzReplyFramer(f *testing.F) {
+	for _, s := range replySeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		whole, errWhole := frameAll([][]byte{in})
+		var chunks [][]byte
+		for i := range in {
+			chunks = append(chunks, in[i:i+1])
+		}
+		split, errSplit := frameAll(chunks)
+		if fmt.Sprint(whole) != fmt.Sprint(split) || (errWhole == nil) != (errSplit == nil) {
+			t.Fatalf("whole %v, %v != byte by byte %v, %v", whole, errWhole, split, errSplit)
+		}
+		var sum int64
+		for _, s := range whole {
+			if s <= 0 {
+				t.Fatalf("reply of size %d", s)
+			}
+			sum += s
+		}
+		if sum > int64(len(in)) {
+			t.Fatalf("replies cover %d bytes of %d", sum, len(in))
+		}
+	})
+}

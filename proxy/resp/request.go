@@ -1,0 +1,343 @@
+package resp
+
+import (
+	"bytes"
+	"math"
+)
+
+// Request limits, as redis-server 7.0 applies them (server.h, networking.c).
+const (
+	// MaxInlineSize is PROTO_INLINE_MAX_SIZE (bytes): the longest inline
+	// request, multibulk count line or bulk count line Redis waits for
+	// before it replies "Protocol error: too big ...".
+	MaxInlineSize = 64 * 1024
+	// DefaultMaxBulkLen is the default proto-max-bulk-len (bytes): a longer
+	// bulk argument is "Protocol error: invalid bulk length".
+	DefaultMaxBulkLen = 512 * 1024 * 1024
+	// MaxMultibulkLen is the largest argument count Redis 7.0 accepts in a
+	// multibulk header (INT_MAX); larger is "invalid multibulk length".
+	MaxMultibulkLen = math.MaxInt32
+)
+
+// Default capture limits of a RequestParser: arguments up to CaptureArgMax
+// bytes are copied, at most DefaultCaptureArgs of them and
+// DefaultCaptureTotal bytes per command; the rest are streamed.
+const (
+	DefaultCaptureArg   = 4096
+	DefaultCaptureTotal = 64 * 1024
+	DefaultCaptureArgs  = 1024
+)
+
+// Result says what RequestParser.Parse found.
+type Result uint8
+
+const (
+	// NeedMore: no complete command yet. Parse consumed n bytes that belong
+	// to a streamed command (see RequestParser.Streaming); the caller must
+	// forward them and present the rest again with more data.
+	NeedMore Result = iota
+	// Complete: a whole command ended at n; Args and Argc describe it.
+	Complete
+	// Empty: n bytes formed no command (an empty inline line, "*0", "*-1").
+	// Redis sends no reply for them.
+	Empty
+	// ProtocolError: the bytes at n are a request Redis rejects with
+	// "-ERR " + Err() and then closes the connection.
+	ProtocolError
+)
+
+// RequestParser frames client requests exactly as redis-server 7.0 does.
+// The zero value is not usable; call NewRequestParser.
+//
+// A command whose arguments are all small is only consumed once it is
+// complete, so a caller may still decide to answer it locally. As soon as an
+// argument is too big to capture, the command is "streaming": Parse consumes
+// its bytes as they arrive and the caller forwards them upstream.
+//
+// Owned by one connection's event loop; not safe for concurrent use.
+type RequestParser struct {
+	maxBulkLen   int64
+	captureArg   int64
+	captureTotal int
+	captureArgs  int
+
+	// Command in progress (reset at each command start unless streaming).
+	streaming bool
+	inMbulk   bool
+	argsLeft  int64 // bulk arguments still to come
+	bulkLeft  int64 // bytes of the current bulk still to come, 2 trailing bytes included; 0 = expecting a "$" line
+	capturing bool  // the current bulk is being copied into buf
+	argc      int64
+	inline    bool
+	offs      []int // per captured argument: offset in buf, or -1 when not captured
+	lens      []int
+	buf       []byte
+	args      [][]byte
+	err       string
+}
+
+// NewRequestParser returns a parser that rejects bulk arguments longer than
+// maxBulkLen bytes (Redis's proto-max-bulk-len; 0 means DefaultMaxBulkLen).
+func NewRequestParser(maxBulkLen int64) *RequestParser {
+	if maxBulkLen <= 0 {
+		maxBulkLen = DefaultMaxBulkLen
+	}
+	return &RequestParser{
+		maxBulkLen:   maxBulkLen,
+		captureArg:   DefaultCaptureArg,
+		captureTotal: DefaultCaptureTotal,
+		captureArgs:  DefaultCaptureArgs,
+		buf:          make([]byte, 0, 256),
+	}
+}
+
+// Args returns the arguments of the last Complete command, command name
+// first. An argument that was too big to capture is nil (an empty argument
+// is a non-nil empty slice). At most DefaultCaptureArgs entries: when Argc()
+// is larger, the arguments past len(Args()) were not captured. The slices
+// stay valid until the next call to Parse.
+func (p *RequestParser) Args() [][]byte { return p.args }
+
+// Argc returns the argument count of the last Complete command.
+func (p *RequestParser) Argc() int64 { return p.argc }
+
+// Inline reports whether the last Complete command was an inline request.
+func (p *RequestParser) Inline() bool { return p.inline }
+
+// Streaming reports whether a command is in progress whose consumed bytes
+// must be forwarded before it completes. Such a command is never a
+// candidate for a local answer.
+func (p *RequestParser) Streaming() bool { return p.streaming }
+
+// Err returns the Redis error text (without "-ERR ") of the last
+// ProtocolError.
+func (p *RequestParser) Err() string { return p.err }
+
+// Parse frames the next request in b, which must start where the previous
+// call's n ended (after the caller discarded those bytes) and hold every
+// byte received since. See Result for what n means in each case.
+func (p *RequestParser) Parse(b []byte) (n int, r Result) {
+	if !p.streaming {
+		p.reset()
+		if len(b) == 0 {
+			return 0, NeedMore
+		}
+		if b[0] != '*' {
+			return p.parseInline(b)
+		}
+		line, ok, tooBig := crLine(b, 1)
+		if !ok {
+			if tooBig {
+				return 0, p.fail(errTooBigMbulk)
+			}
+			return 0, NeedMore
+		}
+		ll, valid := string2ll(b[1:line])
+		if !valid || ll > MaxMultibulkLen {
+			return 0, p.fail(errInvalidMbulk)
+		}
+		n = line + 2
+		if ll <= 0 {
+			return n, Empty
+		}
+		p.inMbulk = true
+		p.argsLeft = ll
+		p.argc = ll
+	}
+	for p.argsLeft > 0 {
+		if p.bulkLeft == 0 {
+			line, ok, tooBig := crLine(b, n+1)
+			if !ok {
+				if n < len(b) && tooBig {
+					return p.partial(n, p.fail(errTooBigBulkCount))
+				}
+				return p.partial(n, NeedMore)
+			}
+			if b[n] != '$' {
+				p.err = errExpectedDollar + string(b[n]) + "'"
+				return p.partial(n, ProtocolError)
+			}
+			ll, valid := string2ll(b[n+1 : line])
+			if !valid || ll < 0 || ll > p.maxBulkLen {
+				return p.partial(n, p.fail(errInvalidBulk))
+			}
+			n = line + 2
+			p.bulkLeft = ll + 2
+			p.capturing = ll <= p.captureArg && len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
+			if !p.capturing {
+				p.streaming = true
+				if len(p.offs) < p.captureArgs {
+					p.offs = append(p.offs, -1)
+					p.lens = append(p.lens, 0)
+				}
+			}
+		}
+		if p.capturing {
+			if int64(len(b)-n) < p.bulkLeft {
+				return p.partial(n, NeedMore)
+			}
+			l := int(p.bulkLeft - 2)
+			p.offs = append(p.offs, len(p.buf))
+			p.lens = append(p.lens, l)
+			p.buf = append(p.buf, b[n:n+l]...)
+			n += int(p.bulkLeft) // Redis skips the 2 bytes after the payload unchecked.
+		} else {
+			take := int64(len(b) - n)
+			if take < p.bulkLeft {
+				p.bulkLeft -= take
+				return len(b), NeedMore
+			}
+			n += int(p.bulkLeft)
+		}
+		p.bulkLeft = 0
+		p.argsLeft--
+	}
+	p.streaming = false
+	p.inMbulk = false
+	p.buildArgs()
+	return n, Complete
+}
+
+// partial ends a Parse call before the command is complete: a streaming
+// command keeps its state and reports the n bytes consumed so far; any
+// other command is re-parsed from its start next time.
+func (p *RequestParser) partial(n int, r Result) (int, Result) {
+	if p.streaming {
+		if r == ProtocolError {
+			p.streaming = false
+		}
+		return n, r
+	}
+	return 0, r
+}
+
+func (p *RequestParser) fail(msg string) Result {
+	p.err = msg
+	return ProtocolError
+}
+
+func (p *RequestParser) reset() {
+	p.inMbulk, p.inline = false, false
+	p.argsLeft, p.bulkLeft, p.argc = 0, 0, 0
+	p.capturing = false
+	p.offs, p.lens = p.offs[:0], p.lens[:0]
+	p.buf = p.buf[:0]
+	p.args = p.args[:0]
+}
+
+func (p *RequestParser) buildArgs() {
+	p.args = p.args[:0]
+	for i, off := range p.offs {
+		if off < 0 {
+			p.args = append(p.args, nil)
+			continue
+		}
+		p.args = append(p.args, p.buf[off:off+p.lens[i]:off+p.lens[i]])
+	}
+}
+
+// parseInline handles a request that does not start with '*': one line up
+// to '\n' (a '\r' before it is dropped), split like sdssplitargs.
+func (p *RequestParser) parseInline(b []byte) (int, Result) {
+	nl := indexBeforeNUL(b, 0, '\n')
+	if nl < 0 {
+		if len(b) > MaxInlineSize {
+			return 0, p.fail(errTooBigInline)
+		}
+		return 0, NeedMore
+	}
+	line := b[:nl]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	argc, ok := p.splitArgs(line)
+	if !ok {
+		return 0, p.fail(errUnbalanced)
+	}
+	if argc == 0 {
+		return nl + 1, Empty
+	}
+	p.inline = true
+	p.argc = int64(argc)
+	p.buildArgs()
+	return nl + 1, Complete
+}
+
+// crLine finds the '\r' that ends a header line starting at from, as Redis
+// does with strchr: a NUL byte hides everything after it. ok requires one
+// more byte after the '\r' (Redis skips it unchecked). tooBig reports that
+// no line end was found and more than MaxInlineSize bytes are waiting.
+func crLine(b []byte, from int) (cr int, ok, tooBig bool) {
+	start := from - 1
+	if from > len(b) {
+		return -1, false, false
+	}
+	cr = indexBeforeNUL(b, from, '\r')
+	if cr < 0 {
+		return -1, false, len(b)-start > MaxInlineSize
+	}
+	if cr+1 >= len(b) {
+		return -1, false, false
+	}
+	return cr, true, false
+}
+
+// indexBeforeNUL returns the index of c in b[from:] (as an index into b),
+// or -1 when c is absent or a NUL byte comes first.
+func indexBeforeNUL(b []byte, from int, c byte) int {
+	rest := b[from:]
+	i := bytes.IndexByte(rest, c)
+	if i < 0 {
+		return -1
+	}
+	if bytes.IndexByte(rest[:i], 0) >= 0 {
+		return -1
+	}
+	return from + i
+}
+
+// string2ll is Redis's util.c string2ll: optional '-', no leading zeros
+// (except "0" itself), no '+', at most 20 characters, no overflow.
+func string2ll(s []byte) (int64, bool) {
+	if len(s) == 0 || len(s) >= 21 {
+		return 0, false
+	}
+	if len(s) == 1 && s[0] == '0' {
+		return 0, true
+	}
+	neg := false
+	if s[0] == '-' {
+		neg = true
+		s = s[1:]
+		if len(s) == 0 {
+			return 0, false
+		}
+	}
+	if s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > math.MaxUint64/10 {
+			return 0, false
+		}
+		v *= 10
+		if v > math.MaxUint64-uint64(c-'0') {
+			return 0, false
+		}
+		v += uint64(c - '0')
+	}
+	if neg {
+		if v > uint64(math.MaxInt64)+1 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}

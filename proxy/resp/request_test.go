@@ -1,0 +1,250 @@
+package resp
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// event is one observable outcome of parsing, for comparing feed patterns.
+type event struct {
+	kind Result
+	args string // args joined with "|", "<nil>" for uncaptured ones
+	argc int64
+	err  string
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("{%d %q argc=%d %q}", e.kind, e.args, e.argc, e.err)
+}
+
+// drive feeds chunks to p the way the proxy does (a buffer that keeps every
+// unconsumed byte) and returns the events and the streamed byte count.
+func drive(p *RequestParser, chunks [][]byte) (evs []event, streamed int) {
+	var buf []byte
+	for _, c := range chunks {
+		buf = append(buf, c...)
+		for {
+			n, r := p.Parse(buf)
+			switch r {
+			case NeedMore:
+				streamed += n
+			case Complete:
+				var parts []string
+				for _, a := range p.Args() {
+					if a == nil {
+						parts = append(parts, "<nil>")
+					} else {
+						parts = append(parts, string(a))
+					}
+				}
+				evs = append(evs, event{kind: Complete, args: strings.Join(parts, "|"), argc: p.Argc()})
+			case Empty:
+				evs = append(evs, event{kind: Empty})
+			case ProtocolError:
+				return append(evs, event{kind: ProtocolError, err: p.Err()}), streamed
+			}
+			buf = buf[n:]
+			if r == NeedMore {
+				break
+			}
+		}
+	}
+	return evs, streamed
+}
+
+func TestRequestParserTable(t *testing.T) {
+	big := strings.Repeat("v", DefaultCaptureArg+1)
+	tests := []struct {
+		name string
+		in   string
+		want []event
+	}{
+		{"multibulk", "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", []event{{kind: Complete, args: "GET|k", argc: 2}}},
+		{"pipeline", "*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nget\r\n$0\r\n\r\n", []event{{kind: Complete, args: "PING", argc: 1}, {kind: Complete, args: "get|", argc: 2}}},
+		{"inline", "GET k\r\n", []event{{kind: Complete, args: "GET|k", argc: 2}}},
+		{"inline LF only", "GET k\n", []event{{kind: Complete, args: "GET|k", argc: 2}}},
+		{"inline CR is a blank", "PING\rxx\n", []event{{kind: Complete, args: "PING|xx", argc: 2}}},
+		{"inline quotes", "SET \"a b\" 'c\\'d' \"\\x41\\n\"\r\n", []event{{kind: Complete, args: "SET|a b|c'd|A\n", argc: 4}}},
+		{"empty lines", "\r\n\n   \r\n", []event{{kind: Empty}, {kind: Empty}, {kind: Empty}}},
+		{"star zero and negative", "*0\r\n*-5\r\n", []event{{kind: Empty}, {kind: Empty}}},
+		{"unchecked trailing bytes", "*1\r\n$4\r\nPINGxx*1\rx$4\rxPING\r\n", []event{{kind: Complete, args: "PING", argc: 1}, {kind: Complete, args: "PING", argc: 1}}},
+		{"big argument streamed", "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + fmt.Sprint(len(big)) + "\r\n" + big + "\r\n", []event{{kind: Complete, args: "SET|k|<nil>", argc: 3}}},
+		{"leading zero count", "*03\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
+		{"plus sign count", "*+1\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
+		{"count too big", "*2147483648\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
+		{"20 digits", "*99999999999999999999\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
+		{"bulk leading zero", "*1\r\n$04\r\nPING\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"bulk negative", "*1\r\n$-1\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"bulk over limit", "*1\r\n$536870913\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"bulk max int64", "*1\r\n$9223372036854775807\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"expected dollar", "*1\r\nx4\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got 'x'"}}},
+		{"unbalanced quotes", "GET \"a\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
+		{"closing quote glued", "SET \"a\"b c\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
+		{"NUL hides newline", "ECHO a\x00b\r\n", nil},
+		{"NUL hides CR", "*1\x00\r\n", nil},
+		{"waiting", "*2\r\n$3\r\nGET\r\n$1\r\n", nil},
+		{"valid after error is not reached", "PING\r\n*x\r\nPING\r\n", []event{{kind: Complete, args: "PING", argc: 1}, {kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, split := range []string{"whole", "bytes"} {
+				var chunks [][]byte
+				if split == "whole" {
+					chunks = [][]byte{[]byte(tt.in)}
+				} else {
+					for i := 0; i < len(tt.in); i++ {
+						chunks = append(chunks, []byte{tt.in[i]})
+					}
+				}
+				got, _ := drive(NewRequestParser(0), chunks)
+				if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+					t.Errorf("%s: got %v, want %v", split, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestRequestParserTooBig(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"inline", strings.Repeat("a", MaxInlineSize+1), "Protocol error: too big inline request"},
+		{"mbulk count", "*" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big mbulk count string"},
+		{"bulk count", "*1\r\n$" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big bulk count string"},
+	}
+	for _, tt := range tests {
+		got, _ := drive(NewRequestParser(0), [][]byte{[]byte(tt.in)})
+		if len(got) != 1 || got[0].err != tt.want {
+			t.Errorf("%s: got %v, want error %q", tt.name, got, tt.want)
+		}
+		// One byte less is still waiting.
+		got, _ = drive(NewRequestParser(0), [][]byte{[]byte(tt.in[:len(tt.in)-1])})
+		if len(got) != 0 {
+			t.Errorf("%s minus one byte: got %v, want nothing yet", tt.name, got)
+		}
+	}
+}
+
+// TestRequestParserSplits feeds one pipeline at every split point and in
+// random chunks and expects the same commands each time.
+func TestRequestParserSplits(t *testing.T) {
+	big := bytes.Repeat([]byte{0, '\r', '\n', 'x'}, 5000)
+	var stream []byte
+	stream = AppendCommand(stream, []byte("SET"), []byte("k"), big)
+	stream = append(stream, "GET k\r\n\r\n"...)
+	stream = AppendCommand(stream, []byte("HGET"), []byte("h"), []byte("f\r\n"))
+	stream = append(stream, "*0\r\n"...)
+	stream = AppendCommand(stream, []byte("MSET"), []byte("a"), big, []byte("b"), []byte("2"))
+	want, _ := drive(NewRequestParser(0), [][]byte{stream})
+	if len(want) != 6 {
+		t.Fatalf("whole stream: got %v, want 6 events", want)
+	}
+	check := func(name string, chunks [][]byte) {
+		got, streamed := drive(NewRequestParser(0), chunks)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: got %v, want %v", name, got, want)
+		}
+		if streamed > len(stream) {
+			t.Fatalf("%s: streamed %d bytes of a %d-byte stream", name, streamed, len(stream))
+		}
+	}
+	for i := 0; i <= len(stream); i += 7 {
+		check(fmt.Sprintf("split at %d", i), [][]byte{stream[:i], stream[i:]})
+	}
+	rng := rand.New(rand.NewSource(1))
+	for round := 0; round < 50; round++ {
+		var chunks [][]byte
+		for rest := stream; len(rest) > 0; {
+			n := 1 + rng.Intn(300)
+			if n > len(rest) {
+				n = len(rest)
+			}
+			chunks = append(chunks, rest[:n])
+			rest = rest[n:]
+		}
+		check(fmt.Sprintf("random round %d", round), chunks)
+	}
+}
+
+// TestRequestParserReencodes checks that captured arguments of well-formed
+// multibulk commands re-encode to the original bytes.
+func TestRequestParserReencodes(t *testing.T) {
+	cmds := [][][]byte{
+		{[]byte("GET"), []byte("k")},
+		{[]byte("SET"), []byte("\x00\xff"), []byte("")},
+		{[]byte("HSET"), []byte("h"), []byte("f"), []byte("v")},
+	}
+	for _, args := range cmds {
+		in := AppendCommand(nil, args...)
+		p := NewRequestParser(0)
+		n, r := p.Parse(in)
+		if r != Complete || n != len(in) {
+			t.Fatalf("%q: got (%d, %d), want (%d, Complete)", in, n, r, len(in))
+		}
+		if out := AppendCommand(nil, p.Args()...); !bytes.Equal(out, in) {
+			t.Errorf("re-encoded %q, want %q", out, in)
+		}
+	}
+}
+
+func TestRequestParserCaptureLimits(t *testing.T) {
+	args := [][]byte{[]byte("DEL")}
+	for i := 0; i < DefaultCaptureArgs+10; i++ {
+		args = append(args, []byte("k"))
+	}
+	in := AppendCommand(nil, args...)
+	p := NewRequestParser(0)
+	n, r := p.Parse(in)
+	if r != Complete || n != len(in) {
+		t.Fatalf("got (%d, %d), want (%d, Complete)", n, r, len(in))
+	}
+	if got, want := len(p.Args()), DefaultCaptureArgs; got != want {
+		t.Errorf("captured %d args, want %d", got, want)
+	}
+	if got, want := p.Argc(), int64(len(args)); got != want {
+		t.Errorf("argc %d, want %d", got, want)
+	}
+}
+
+func TestRequestParserAllocs(t *testing.T) {
+	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
+	p := NewRequestParser(0)
+	p.Parse(in)
+	allocs := testing.AllocsPerRun(1000, func() { p.Parse(in) })
+	if allocs != 0 {
+		t.Errorf("Parse allocates %v times per GET, want 0", allocs)
+	}
+}
+
+func TestString2ll(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"-0", 0, false}, {"00", 0, false}, {"01", 0, false}, {"+1", 0, false},
+		{"-", 0, false}, {"", 0, false}, {"9223372036854775807", 9223372036854775807, true},
+		{"9223372036854775808", 0, false}, {"-9223372036854775808", -9223372036854775808, true},
+		{"-9223372036854775809", 0, false}, {"123456789012345678901", 0, false}, {"12a", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := string2ll([]byte(tt.in))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("string2ll(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func BenchmarkParseGet(b *testing.B) {
+	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
+	p := NewRequestParser(0)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for i := 0; i < b.N; i++ {
+		p.Parse(in)
+	}
+}
