@@ -1,0 +1,87 @@
+package detector
+
+import (
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+)
+
+// benchKeys returns n key hashes (n a power of two) so benchmarks touch
+// different counters, as real traffic does.
+func benchKeys(n int) []uint64 {
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = hashOf("bench:" + strconv.Itoa(i))
+	}
+	return keys
+}
+
+// BenchmarkObserve measures the hot path of one event loop.
+func BenchmarkObserve(b *testing.B) {
+	d := mustNew(b, Config{Threshold: 1000, Loops: 1})
+	keys := benchKeys(1024)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		d.Observe(0, keys[i&1023])
+		i++
+	}
+}
+
+// BenchmarkObserveParallel runs one goroutine per event loop (Loops =
+// GOMAXPROCS), each counting into its own shard, to show that loops do not
+// contend.
+func BenchmarkObserveParallel(b *testing.B) {
+	loops := runtime.GOMAXPROCS(0)
+	d := mustNew(b, Config{Threshold: 1000, Loops: loops})
+	keys := benchKeys(1024)
+	var nextLoop atomic.Int32
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		loop := int(nextLoop.Add(1)-1) % loops
+		i := loop * 97
+		for pb.Next() {
+			d.Observe(loop, keys[i&1023])
+			i++
+		}
+	})
+}
+
+// BenchmarkEstimate measures a lookup, whose cost grows with the number of
+// loops (11 sub-windows × 2 rows × Loops counter loads).
+func BenchmarkEstimate(b *testing.B) {
+	for _, loops := range []int{1, 4, 16} {
+		b.Run("loops="+strconv.Itoa(loops), func(b *testing.B) {
+			d := mustNew(b, Config{Threshold: 1000, Loops: loops})
+			keys := benchKeys(1024)
+			for i, k := range keys {
+				d.Observe(i%loops, k)
+			}
+			b.ReportAllocs()
+			i := 0
+			var sink uint32
+			for b.Loop() {
+				sink += d.Estimate(keys[i&1023])
+				i++
+			}
+			_ = sink
+		})
+	}
+}
+
+// BenchmarkAdvance measures one sub-window rotation (zeroing one ring slot of
+// every loop) at the default width.
+func BenchmarkAdvance(b *testing.B) {
+	for _, loops := range []int{1, 8} {
+		b.Run("loops="+strconv.Itoa(loops), func(b *testing.B) {
+			d := mustNew(b, Config{Threshold: 1000, Loops: loops})
+			now := t0
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(Window / SubWindows)
+				d.Advance(now)
+			}
+		})
+	}
+}
