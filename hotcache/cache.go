@@ -1,0 +1,501 @@
+package hotcache
+
+import (
+	"errors"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by New.
+var (
+	ErrCapacity = errors.New("hotcache: capacity must be at least 1")
+	ErrMaxBytes = errors.New("hotcache: max bytes must be at least 1")
+	ErrMaxValue = errors.New("hotcache: max value must be at least 0")
+	ErrStripes  = errors.New("hotcache: stripes must be a power of two")
+)
+
+// Defaults for Config fields left at zero.
+const (
+	// DefaultStripes is the number of version stripes of the fill guard.
+	DefaultStripes = 4096
+	// probe is how many consecutive slots hold the entries of one hash.
+	probe = 8
+	// maxReaders bounds the identities remembered per reply; further
+	// identities are answered by Redis.
+	maxReaders = 8
+	// entryOverhead estimates the bytes an entry costs beyond its key,
+	// fields and replies (structs, map buckets, slot pointer).
+	entryOverhead = 160
+	// replyOverhead is the same for one reply.
+	replyOverhead = 64
+)
+
+// Status says what Get and HGet found.
+type Status uint8
+
+const (
+	// Hit: the reply bytes may be sent to the client.
+	Hit Status = iota
+	// Miss: nothing usable is cached (absent, expired, field missing).
+	Miss
+	// Unproven: a reply is cached but Redis has not yet shown that this
+	// identity may read it; forward the request and call AddReader if Redis
+	// answers it with a value.
+	Unproven
+	// Suspended: the cache answers nothing right now (see Suspend).
+	Suspended
+)
+
+// Config sizes a Cache.
+type Config struct {
+	// Capacity is the maximum number of cached replies (a GET reply or one
+	// HGET field reply each count one). Must be >= 1.
+	Capacity int
+	// MaxBytes bounds the bytes held: keys, fields, reply bytes and a fixed
+	// per-entry overhead estimate. Must be >= 1.
+	MaxBytes int64
+	// MaxValue is the largest value payload in bytes that is cached; replies
+	// with a longer bulk string are refused. 0 caches only nil replies.
+	MaxValue int
+	// Stripes is the number of fill-guard version stripes, a power of two;
+	// 0 means DefaultStripes.
+	Stripes int
+	// Now returns a monotonic clock reading in nanoseconds; nil means
+	// time since the cache was created. Tests inject a fake clock.
+	Now func() int64
+}
+
+// Reason says why replies left the cache; used as a metrics label.
+type Reason uint8
+
+// Eviction reasons.
+const (
+	ReasonWrite        Reason = iota // a write forwarded by Cicada
+	ReasonNotification               // a keyspace notification
+	ReasonExpired                    // the key's TTL passed
+	ReasonCold                       // the key is no longer hot
+	ReasonCapacity                   // room was needed (entries or bytes)
+	ReasonFlush                      // FLUSHALL/FLUSHDB/SWAPDB or a lost subscription
+	numReasons
+)
+
+// String returns the metrics label of r.
+func (r Reason) String() string {
+	return [...]string{"write", "notification", "expired", "cold", "capacity", "flush"}[r]
+}
+
+// reply is one cached reply. Immutable once published.
+type reply struct {
+	bytes   []byte   // the exact RESP reply; nil for a nil reply
+	readers []uint32 // identities Redis let read it
+}
+
+func (r *reply) allows(ident uint32) bool {
+	for _, id := range r.readers {
+		if id == ident {
+			return true
+		}
+	}
+	return false
+}
+
+// entry holds every cached reply of one key in one db. Immutable once
+// published in a slot; writers publish a modified copy.
+type entry struct {
+	hash     uint64
+	db       int32
+	key      string
+	expireAt int64             // Now() reading at which the key expires; 0 = no TTL
+	get      *reply            // GET reply, or nil
+	fields   map[string]*reply // HGET replies by field, or nil
+	rec      *record           // writer-side bookkeeping; readers never touch it
+}
+
+// record is the writer-side state of a cached key. Guarded by Cache.mu.
+type record struct {
+	slot       int
+	e          *entry
+	replies    int
+	bytes      int64
+	prev, next *record // insertion order, oldest first
+}
+
+// stripe is one fill-guard counter pair, padded to its own cache line.
+type stripe struct {
+	version  atomic.Uint64 // bumped by every write start and end, notification
+	inflight atomic.Int64  // writes sent but not yet answered
+	_        [48]byte
+}
+
+// Ticket is what BeginFill hands out and Fill checks.
+type Ticket struct {
+	epoch   uint64
+	version uint64
+	stripe  uint32
+}
+
+// Cache is the hot-reply table. Safe for concurrent use: reads from any
+// number of event loops are lock-free; writers serialize on mu.
+type Cache struct {
+	slots     []atomic.Pointer[entry]
+	mask      uint64
+	stripes   []stripe
+	smask     uint64
+	suspended atomic.Int64  // > 0: no hits, no fills
+	epoch     atomic.Uint64 // bumped by Suspend, Resume and Flush
+	now       func() int64
+	capacity  int
+	maxBytes  int64
+	maxValue  int
+
+	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
+	fills   atomic.Uint64
+
+	mu      sync.Mutex // guards the following
+	replies int        // cached replies
+	bytes   int64      // accounted bytes
+	oldest  *record
+	newest  *record
+}
+
+// New returns an empty cache, or an error naming the bad Config field.
+func New(cfg Config) (*Cache, error) {
+	switch {
+	case cfg.Capacity < 1:
+		return nil, ErrCapacity
+	case cfg.MaxBytes < 1:
+		return nil, ErrMaxBytes
+	case cfg.MaxValue < 0:
+		return nil, ErrMaxValue
+	}
+	if cfg.Stripes == 0 {
+		cfg.Stripes = DefaultStripes
+	}
+	if cfg.Stripes < 1 || cfg.Stripes&(cfg.Stripes-1) != 0 {
+		return nil, ErrStripes
+	}
+	size := 1 << bits.Len(uint(2*cfg.Capacity-1))
+	if size < 2*probe {
+		size = 2 * probe
+	}
+	c := &Cache{
+		slots:    make([]atomic.Pointer[entry], size),
+		mask:     uint64(size - 1),
+		stripes:  make([]stripe, cfg.Stripes),
+		smask:    uint64(cfg.Stripes - 1),
+		now:      cfg.Now,
+		capacity: cfg.Capacity,
+		maxBytes: cfg.MaxBytes,
+		maxValue: cfg.MaxValue,
+	}
+	if c.now == nil {
+		base := time.Now()
+		c.now = func() int64 { return int64(time.Since(base)) }
+	}
+	return c, nil
+}
+
+var seed = maphash.MakeSeed()
+
+// Hash returns the hash of key in db that every Cache method takes as h.
+// Process-wide (random seed per process); Hash and HashString agree.
+func Hash(db int, key []byte) uint64 {
+	return mixDB(maphash.Bytes(seed, key), db)
+}
+
+// HashString is Hash for a string key.
+func HashString(db int, key string) uint64 {
+	return mixDB(maphash.String(seed, key), db)
+}
+
+// FieldHash derives the hash of a hash field from its key's hash, for
+// counting HGET key field separately from GET key in the detector.
+func FieldHash(h uint64, field []byte) uint64 {
+	return h ^ bits.RotateLeft64(maphash.Bytes(seed, field), 29) ^ 0x9e3779b97f4a7c15
+}
+
+func mixDB(h uint64, db int) uint64 {
+	return h ^ (uint64(db)+1)*0xbf58476d1ce4e5b9
+}
+
+// Now returns the cache's clock reading (ns), the time base of Fill's sentAt.
+func (c *Cache) Now() int64 { return c.now() }
+
+// Get looks up the GET reply of key in db for a connection with identity
+// ident speaking protocol proto (2 or 3). On Hit the returned bytes are the
+// exact reply; they are immutable and stay valid forever.
+func (c *Cache) Get(db int, h uint64, key []byte, ident uint32, proto int) ([]byte, Status) {
+	return c.lookup(db, h, key, nil, false, ident, proto)
+}
+
+// HGet is Get for HGET key field.
+func (c *Cache) HGet(db int, h uint64, key, field []byte, ident uint32, proto int) ([]byte, Status) {
+	return c.lookup(db, h, key, field, true, ident, proto)
+}
+
+func (c *Cache) lookup(db int, h uint64, key, field []byte, isField bool, ident uint32, proto int) ([]byte, Status) {
+	if c.suspended.Load() != 0 {
+		return nil, Suspended
+	}
+	e := c.find(db, h, key)
+	if e == nil {
+		return nil, Miss
+	}
+	if e.expireAt != 0 && c.now() >= e.expireAt {
+		return nil, Miss
+	}
+	var r *reply
+	if isField {
+		r = e.fields[string(field)]
+	} else {
+		r = e.get
+	}
+	if r == nil {
+		return nil, Miss
+	}
+	if !r.allows(ident) {
+		return nil, Unproven
+	}
+	if r.bytes == nil {
+		return nullReply(proto), Hit
+	}
+	return r.bytes, Hit
+}
+
+var (
+	null2 = []byte("$-1\r\n")
+	null3 = []byte("_\r\n")
+)
+
+func nullReply(proto int) []byte {
+	if proto >= 3 {
+		return null3
+	}
+	return null2
+}
+
+// find returns the published entry of key in db, or nil. Lock-free.
+func (c *Cache) find(db int, h uint64, key []byte) *entry {
+	for i := uint64(0); i < probe; i++ {
+		e := c.slots[(h+i)&c.mask].Load()
+		if e != nil && e.hash == h && e.db == int32(db) && e.key == string(key) {
+			return e
+		}
+	}
+	return nil
+}
+
+func (c *Cache) findString(db int, h uint64, key string) *entry {
+	for i := uint64(0); i < probe; i++ {
+		e := c.slots[(h+i)&c.mask].Load()
+		if e != nil && e.hash == h && e.db == int32(db) && e.key == key {
+			return e
+		}
+	}
+	return nil
+}
+
+// Suspend stops all hits and fills until the matching Resume. Calls nest.
+// Safe from any goroutine.
+func (c *Cache) Suspend() {
+	c.suspended.Add(1)
+	c.epoch.Add(1)
+}
+
+// Resume ends one Suspend.
+func (c *Cache) Resume() {
+	c.epoch.Add(1)
+	c.suspended.Add(-1)
+}
+
+// Suspended reports whether the cache answers nothing now.
+func (c *Cache) Suspended() bool { return c.suspended.Load() != 0 }
+
+// Flush drops every cached reply and refuses every fill begun before it.
+func (c *Cache) Flush() {
+	c.epoch.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for r := c.oldest; r != nil; r = c.oldest {
+		c.removeLocked(r, ReasonFlush)
+	}
+}
+
+// BeginWrite must be called before a write to key in db is sent to Redis.
+// It evicts the key's replies and refuses fills of its stripe until
+// EndWrite(stripe). Returns the stripe to pass to EndWrite.
+func (c *Cache) BeginWrite(db int, h uint64, key []byte) uint32 {
+	s := uint32(h & c.smask)
+	st := &c.stripes[s]
+	st.inflight.Add(1)
+	st.version.Add(1)
+	if e := c.find(db, h, key); e != nil {
+		c.evictEntry(e, ReasonWrite)
+	}
+	return s
+}
+
+// EndWrite ends one BeginWrite once the write's reply has arrived (or its
+// connection is gone).
+func (c *Cache) EndWrite(stripe uint32) {
+	st := &c.stripes[stripe]
+	st.version.Add(1)
+	st.inflight.Add(-1)
+}
+
+// Invalidate evicts key in db and refuses fills begun before it. For
+// keyspace notifications and writes whose completion is not observed.
+func (c *Cache) Invalidate(db int, key string) {
+	h := HashString(db, key)
+	c.stripes[h&c.smask].version.Add(1)
+	if e := c.findString(db, h, key); e != nil {
+		c.evictEntry(e, ReasonNotification)
+	}
+}
+
+// InvalidateBytes is Invalidate for a []byte key, with its Hash.
+func (c *Cache) InvalidateBytes(db int, h uint64, key []byte) {
+	c.stripes[h&c.smask].version.Add(1)
+	if e := c.find(db, h, key); e != nil {
+		c.evictEntry(e, ReasonWrite)
+	}
+}
+
+// evictEntry removes the key of e if it is still cached.
+func (c *Cache) evictEntry(e *entry, why Reason) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := e.rec; r.e != nil && c.slots[r.slot].Load() == r.e {
+		c.removeLocked(r, why)
+	}
+}
+
+// BeginFill is called when a GET/HGET of a hot key with hash h is sent to
+// Redis. ok=false means a fill could not be kept anyway (suspended, or a
+// write to the stripe is in flight): do not fetch what a fill needs.
+func (c *Cache) BeginFill(h uint64) (t Ticket, ok bool) {
+	if c.suspended.Load() != 0 {
+		return t, false
+	}
+	s := uint32(h & c.smask)
+	st := &c.stripes[s]
+	t = Ticket{epoch: c.epoch.Load(), version: st.version.Load(), stripe: s}
+	if st.inflight.Load() != 0 {
+		return t, false
+	}
+	return t, true
+}
+
+func (c *Cache) ticketValid(t Ticket) bool {
+	st := &c.stripes[t.stripe]
+	return c.suspended.Load() == 0 && c.epoch.Load() == t.epoch &&
+		st.inflight.Load() == 0 && st.version.Load() == t.version
+}
+
+// FillRequest describes a reply to cache.
+type FillRequest struct {
+	DB    int
+	Hash  uint64
+	Key   []byte
+	Field []byte // nil for GET
+	// IsField is true for HGET (Field may be empty but not absent).
+	IsField bool
+	// Reply is the exact reply bytes ("$5\r\nhello\r\n"); nil for a nil
+	// reply. Copied by Fill.
+	Reply []byte
+	// ValueLen is the payload length of Reply (checked against MaxValue).
+	ValueLen int
+	// ExpireAt is the Now() reading at which the key expires (computed by
+	// the caller from the time the GET was sent and the key's PTTL), or 0
+	// for a key without TTL.
+	ExpireAt int64
+	// Ident is the identity that read the reply.
+	Ident uint32
+}
+
+// Fill caches a reply if t is still valid, the value is small enough and
+// has not expired. It reports whether the reply was kept.
+func (c *Cache) Fill(t Ticket, f FillRequest) bool {
+	if f.ValueLen > c.maxValue || (f.ExpireAt != 0 && c.now() >= f.ExpireAt) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ticketValid(t) {
+		return false
+	}
+	r := &reply{readers: []uint32{f.Ident}}
+	if f.Reply != nil {
+		r.bytes = append(make([]byte, 0, len(f.Reply)), f.Reply...)
+	}
+	rec := c.upsertLocked(f.DB, f.Hash, f.Key, func(e *entry) {
+		e.expireAt = minExpiry(e.expireAt, f.ExpireAt)
+		if f.IsField {
+			e.fields = withField(e.fields, string(f.Field), r)
+		} else {
+			e.get = r
+		}
+	})
+	if rec == nil {
+		return false
+	}
+	// A write or notification may have looked for the key between the
+	// check above and the publication: look again.
+	if !c.ticketValid(t) {
+		c.removeLocked(rec, ReasonWrite)
+		return false
+	}
+	c.fills.Add(1)
+	return true
+}
+
+// AddReader records that Redis answered ident's GET (field nil) or HGET of
+// a cached key with a value, so ident may be answered from the cache.
+func (c *Cache) AddReader(db int, h uint64, key, field []byte, isField bool, ident uint32) {
+	e := c.find(db, h, key)
+	if e == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slots[e.rec.slot].Load() != e {
+		return // replaced meanwhile; a later read proves it again
+	}
+	old := e.get
+	if isField {
+		old = e.fields[string(field)]
+	}
+	if old == nil || old.allows(ident) || len(old.readers) >= maxReaders {
+		return
+	}
+	r := &reply{bytes: old.bytes, readers: append(append(make([]uint32, 0, len(old.readers)+1), old.readers...), ident)}
+	c.upsertLocked(int(e.db), h, key, func(e *entry) {
+		if isField {
+			e.fields = withField(e.fields, string(field), r)
+		} else {
+			e.get = r
+		}
+	})
+}
+
+func withField(m map[string]*reply, field string, r *reply) map[string]*reply {
+	n := make(map[string]*reply, len(m)+1)
+	for k, v := range m {
+		n[k] = v
+	}
+	n[field] = r
+	return n
+}
+
+func minExpiry(a, b int64) int64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0 || a < b:
+		return a
+	}
+	return b
+}

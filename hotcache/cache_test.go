@@ -1,0 +1,338 @@
+package hotcache
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+type fakeClock struct{ ns atomic.Int64 }
+
+func (f *fakeClock) now() int64 { return f.ns.Load() }
+
+func newTestCache(t testing.TB, capacity int, maxBytes int64) (*Cache, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{}
+	c, err := New(Config{Capacity: capacity, MaxBytes: maxBytes, MaxValue: 1024, Now: clk.now})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c, clk
+}
+
+// fill caches reply for GET key (field nil) or HGET key field in db 0.
+func fill(t testing.TB, c *Cache, key, field string, isField bool, reply []byte, expireAt int64) bool {
+	t.Helper()
+	h := HashString(0, key)
+	tk, ok := c.BeginFill(h)
+	if !ok {
+		return false
+	}
+	return c.Fill(tk, FillRequest{DB: 0, Hash: h, Key: []byte(key), Field: []byte(field), IsField: isField,
+		Reply: reply, ValueLen: len(reply), ExpireAt: expireAt, Ident: 1})
+}
+
+func get(c *Cache, key string, ident uint32, proto int) (string, Status) {
+	b, st := c.Get(0, HashString(0, key), []byte(key), ident, proto)
+	return string(b), st
+}
+
+func TestGetHitMissAndNil(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	if got, st := get(c, "k", 1, 2); st != Miss {
+		t.Fatalf("empty cache: got %q %v, want Miss", got, st)
+	}
+	if !fill(t, c, "k", "", false, []byte("$5\r\nhello\r\n"), 0) {
+		t.Fatal("fill refused")
+	}
+	if !fill(t, c, "absent", "", false, nil, 0) {
+		t.Fatal("nil fill refused")
+	}
+	tests := []struct {
+		key   string
+		ident uint32
+		proto int
+		want  string
+		st    Status
+	}{
+		{"k", 1, 2, "$5\r\nhello\r\n", Hit},
+		{"k", 1, 3, "$5\r\nhello\r\n", Hit},
+		{"absent", 1, 2, "$-1\r\n", Hit},
+		{"absent", 1, 3, "_\r\n", Hit},
+		{"k", 2, 2, "", Unproven},
+		{"other", 1, 2, "", Miss},
+	}
+	for _, tt := range tests {
+		got, st := get(c, tt.key, tt.ident, tt.proto)
+		if got != tt.want || st != tt.st {
+			t.Errorf("Get(%q, ident %d, RESP%d) = %q %v, want %q %v", tt.key, tt.ident, tt.proto, got, st, tt.want, tt.st)
+		}
+	}
+	// Another db is another key.
+	if _, st := c.Get(1, HashString(1, "k"), []byte("k"), 1, 2); st != Miss {
+		t.Errorf("db 1: got %v, want Miss", st)
+	}
+	c.AddReader(0, HashString(0, "k"), []byte("k"), nil, false, 2)
+	if got, st := get(c, "k", 2, 2); st != Hit || got != "$5\r\nhello\r\n" {
+		t.Errorf("after AddReader: got %q %v, want hit", got, st)
+	}
+}
+
+func TestFields(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	fill(t, c, "h", "f1", true, []byte("$1\r\na\r\n"), 0)
+	fill(t, c, "h", "f2", true, nil, 0)
+	fill(t, c, "h", "", false, nil, 0) // GET on the same key is a separate reply
+	h := HashString(0, "h")
+	for _, tt := range []struct {
+		field, want string
+		st          Status
+	}{{"f1", "$1\r\na\r\n", Hit}, {"f2", "_\r\n", Hit}, {"f3", "", Miss}} {
+		got, st := c.HGet(0, h, []byte("h"), []byte(tt.field), 1, 3)
+		if string(got) != tt.want || st != tt.st {
+			t.Errorf("HGet %s = %q %v, want %q %v", tt.field, got, st, tt.want, tt.st)
+		}
+	}
+	if s := c.Stats(); s.Replies != 3 {
+		t.Errorf("replies %d, want 3", s.Replies)
+	}
+	c.BeginWrite(0, h, []byte("h"))
+	if _, st := c.HGet(0, h, []byte("h"), []byte("f1"), 1, 3); st != Miss {
+		t.Errorf("after write: %v, want Miss", st)
+	}
+	if s := c.Stats(); s.Replies != 0 || s.Evicted[ReasonWrite] != 3 {
+		t.Errorf("after write: replies %d evicted %d, want 0 and 3", s.Replies, s.Evicted[ReasonWrite])
+	}
+}
+
+func TestTTL(t *testing.T) {
+	c, clk := newTestCache(t, 100, 1<<20)
+	clk.ns.Store(1000)
+	if fill(t, c, "gone", "", false, []byte("$1\r\nx\r\n"), 1000) {
+		t.Error("fill of an already expired key was kept")
+	}
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 2000)
+	if _, st := get(c, "k", 1, 2); st != Hit {
+		t.Fatalf("before expiry: %v, want Hit", st)
+	}
+	clk.ns.Store(1999)
+	if _, st := get(c, "k", 1, 2); st != Hit {
+		t.Fatalf("1 ns before expiry: %v, want Hit", st)
+	}
+	clk.ns.Store(2000)
+	if _, st := get(c, "k", 1, 2); st != Miss {
+		t.Fatalf("at expiry: %v, want Miss", st)
+	}
+	c.Sweep(func(uint64) bool { return false })
+	if s := c.Stats(); s.Replies != 0 || s.Evicted[ReasonExpired] != 1 {
+		t.Errorf("after sweep: replies %d expired %d, want 0 and 1", s.Replies, s.Evicted[ReasonExpired])
+	}
+}
+
+// TestFillGuard covers every event that must make an in-flight fill be
+// dropped: the stale-fill rule.
+func TestFillGuard(t *testing.T) {
+	key := []byte("k")
+	h := HashString(0, "k")
+	events := []struct {
+		name string
+		do   func(c *Cache)
+	}{
+		{"write began", func(c *Cache) { c.BeginWrite(0, h, key) }},
+		{"write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(0, h, key)) }},
+		{"notification", func(c *Cache) { c.Invalidate(0, "k") }},
+		{"flush", func(c *Cache) { c.Flush() }},
+		{"suspend", func(c *Cache) { c.Suspend() }},
+		{"suspend and resume", func(c *Cache) { c.Suspend(); c.Resume() }},
+	}
+	for _, ev := range events {
+		c, _ := newTestCache(t, 100, 1<<20)
+		tk, ok := c.BeginFill(h)
+		if !ok {
+			t.Fatalf("%s: BeginFill refused", ev.name)
+		}
+		ev.do(c)
+		if c.Fill(tk, FillRequest{Hash: h, Key: key, Reply: []byte("$1\r\nx\r\n"), ValueLen: 1, Ident: 1}) {
+			t.Errorf("%s during the fill: Fill kept a stale reply", ev.name)
+		}
+	}
+	// While a write is in flight, BeginFill refuses; after EndWrite it is fine.
+	c, _ := newTestCache(t, 100, 1<<20)
+	s := c.BeginWrite(0, h, key)
+	if _, ok := c.BeginFill(h); ok {
+		t.Error("BeginFill during a write: ok, want refused")
+	}
+	c.EndWrite(s)
+	if !fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
+		t.Error("fill after the write ended was refused")
+	}
+	c.Suspend()
+	if _, st := get(c, "k", 1, 2); st != Suspended {
+		t.Errorf("suspended: %v, want Suspended", st)
+	}
+	c.Resume()
+	if _, st := get(c, "k", 1, 2); st != Hit {
+		t.Errorf("resumed: %v, want Hit", st)
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	c, _ := newTestCache(t, 3, 1<<20)
+	for i := range 5 {
+		fill(t, c, fmt.Sprint("k", i), "", false, []byte("$1\r\nx\r\n"), 0)
+	}
+	if s := c.Stats(); s.Replies != 3 || s.Evicted[ReasonCapacity] != 2 {
+		t.Fatalf("replies %d capacity-evicted %d, want 3 and 2", s.Replies, s.Evicted[ReasonCapacity])
+	}
+	for i, want := range []Status{Miss, Miss, Hit, Hit, Hit} {
+		if _, st := get(c, fmt.Sprint("k", i), 1, 2); st != want {
+			t.Errorf("k%d: %v, want %v (oldest evicted first)", i, st, want)
+		}
+	}
+	// Bytes: each entry costs entryOverhead+replyOverhead+len(key)+len(reply).
+	per := int64(entryOverhead + replyOverhead + 2 + 7)
+	c, _ = newTestCache(t, 100, 2*per)
+	for i := range 3 {
+		fill(t, c, fmt.Sprint("k", i), "", false, []byte("$1\r\nx\r\n"), 0)
+	}
+	if s := c.Stats(); s.Replies != 2 || s.Bytes != 2*per {
+		t.Errorf("byte bound: replies %d bytes %d, want 2 and %d", s.Replies, s.Bytes, 2*per)
+	}
+	// A value over MaxValue is never cached.
+	big := make([]byte, 2000)
+	if fill(t, c, "big", "", false, big, 0) {
+		t.Error("reply over MaxValue was cached")
+	}
+}
+
+func TestSweepCold(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
+	fill(t, c, "h", "hot", true, []byte("$1\r\nx\r\n"), 0)
+	fill(t, c, "h", "cold", true, []byte("$1\r\nx\r\n"), 0)
+	coldHash := FieldHash(HashString(0, "h"), []byte("cold"))
+	kHash := HashString(0, "k")
+	c.Sweep(func(h uint64) bool { return h == coldHash || h == kHash })
+	if _, st := get(c, "k", 1, 2); st != Miss {
+		t.Errorf("cold GET key: %v, want Miss", st)
+	}
+	hh := HashString(0, "h")
+	if _, st := c.HGet(0, hh, []byte("h"), []byte("hot"), 1, 2); st != Hit {
+		t.Errorf("hot field: %v, want Hit", st)
+	}
+	if _, st := c.HGet(0, hh, []byte("h"), []byte("cold"), 1, 2); st != Miss {
+		t.Errorf("cold field: %v, want Miss", st)
+	}
+	if s := c.Stats(); s.Replies != 1 || s.Evicted[ReasonCold] != 2 {
+		t.Errorf("replies %d cold-evicted %d, want 1 and 2", s.Replies, s.Evicted[ReasonCold])
+	}
+}
+
+func TestGetAllocs(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 5)
+	fill(t, c, "h", "f", true, []byte("$1\r\nx\r\n"), 0)
+	key, hk, f := []byte("k"), []byte("h"), []byte("f")
+	h, hh := HashString(0, "k"), HashString(0, "h")
+	if a := testing.AllocsPerRun(1000, func() {
+		c.Get(0, h, key, 1, 2)
+		c.HGet(0, hh, hk, f, 1, 2)
+		c.Get(0, h+1, key, 1, 2)
+	}); a != 0 {
+		t.Errorf("lookups allocate %v times, want 0", a)
+	}
+}
+
+// TestConcurrent runs readers on every key while writers fill, write,
+// invalidate and flush; run with -race. A reader must only ever see a
+// reply that was filled for that key.
+func TestConcurrent(t *testing.T) {
+	c, _ := newTestCache(t, 16, 1<<20)
+	keys := make([][]byte, 32)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint("key", i))
+	}
+	stop := make(chan struct{})
+	var readers, writers sync.WaitGroup
+	var bad atomic.Int64
+	for r := 0; r < 4; r++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i, k := range keys {
+					b, st := c.Get(0, Hash(0, k), k, 1, 2)
+					if st == Hit && string(b) != fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26) {
+						bad.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	for w := 0; w < 2; w++ {
+		writers.Add(1)
+		go func(w int) {
+			defer writers.Done()
+			for n := 0; n < 3000; n++ {
+				i := (n*7 + w) % len(keys)
+				k := keys[i]
+				h := Hash(0, k)
+				switch n % 5 {
+				case 0, 1:
+					if tk, ok := c.BeginFill(h); ok {
+						c.Fill(tk, FillRequest{Hash: h, Key: k, Reply: []byte(fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26)), ValueLen: 1, Ident: 1})
+					}
+				case 2:
+					c.EndWrite(c.BeginWrite(0, h, k))
+				case 3:
+					c.Invalidate(0, string(k))
+				case 4:
+					if n%50 == 4 {
+						c.Flush()
+					}
+					c.Sweep(func(uint64) bool { return n%3 == 0 })
+				}
+			}
+		}(w)
+	}
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d reads returned another key's reply", bad.Load())
+	}
+	s := c.Stats()
+	if s.Replies > 16 || s.Replies < 0 {
+		t.Errorf("replies %d outside [0, 16]", s.Replies)
+	}
+}
+
+func BenchmarkGetHit(b *testing.B) {
+	c, _ := newTestCache(b, 1000, 1<<20)
+	fill(b, c, "hot:key", "", false, []byte("$5\r\nhello\r\n"), 0)
+	key := []byte("hot:key")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h := Hash(0, key)
+			if _, st := c.Get(0, h, key, 1, 2); st != Hit {
+				b.Fatal("miss")
+			}
+		}
+	})
+}
+
+func BenchmarkGetMiss(b *testing.B) {
+	c, _ := newTestCache(b, 1000, 1<<20)
+	key := []byte("cold:key")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		c.Get(0, Hash(0, key), key, 1, 2)
+	}
+}

@@ -1,0 +1,43 @@
+// Package hotcache holds pre-serialized RESP replies of hot GET and HGET
+// requests, and the guard that keeps them from ever being older than Redis.
+//
+// # Read path (any event loop, lock-free)
+//
+//	Get / HGet ── suspended? ── probe 8 slots of hash(db,key) ── same db+key? ──
+//	    expired? ── reply for GET or for the field? ── identity proven? ── bytes
+//
+// A slot holds an immutable *entry (atomic.Pointer); writers replace whole
+// entries (copy on write), so a reader sees an old entry or a new one, never a
+// torn one. A missing or hidden entry costs a forwarded request; it is never
+// wrong. There is no lock and no shared counter on this path.
+//
+// # Fill (miss on a hot key)
+//
+//	BeginFill(h) at send ─ Ticket{epoch, stripe version}; refused while a write
+//	to the stripe is in flight or the cache is suspended
+//	Fill(ticket, reply) at reply ─ kept only if the epoch and the stripe's
+//	version did not move in between (so no write, flush or notification for
+//	the key happened while the GET was in flight) — checked before and again
+//	after publishing
+//
+// # Invalidation
+//
+//	BeginWrite(db,key) before a write is forwarded: version++, inflight++,
+//	    evict; EndWrite at its reply: inflight--, version++
+//	Invalidate(db,key) on a keyspace notification: version++, evict
+//	Suspend/Resume around writes whose keys are unknown (scripts, MULTI/EXEC
+//	    with them, a lost notification subscription): no hits, no fills
+//	Flush on FLUSHALL, FLUSHDB, SWAPDB and a re-established subscription
+//
+// Versions live in a fixed array of stripes indexed by the key hash, so the
+// guard's memory is bounded; two keys sharing a stripe only cost a refused
+// fill.
+//
+// # Access control
+//
+// Each cached reply lists the identities (see Identities) that Redis let read
+// it: the one that filled it and any other whose forwarded read succeeded. A
+// connection whose identity is not on the list is answered by Redis, so a
+// cached value never reaches a connection Redis would refuse (-NOAUTH,
+// -NOPERM).
+package hotcache

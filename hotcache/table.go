@@ -1,0 +1,214 @@
+package hotcache
+
+// Writer side of the slot table. Everything here runs with Cache.mu held.
+
+// upsertLocked publishes a modified copy of key's entry in db (or a new
+// entry), applying edit to the copy, and makes room as needed. It returns
+// the key's record, or nil when the key cannot be stored (bigger than the
+// whole cache).
+func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *record {
+	old := c.find(db, h, key)
+	var n entry
+	if old != nil {
+		n = *old
+	} else {
+		n = entry{hash: h, db: int32(db), key: string(key)}
+	}
+	edit(&n)
+	replies, size := measure(&n)
+	if replies > c.capacity || size > c.maxBytes {
+		if old != nil {
+			c.removeLocked(old.rec, ReasonCapacity)
+		}
+		return nil
+	}
+	rec := (*record)(nil)
+	if old != nil {
+		rec = old.rec
+		c.replies += replies - rec.replies
+		c.bytes += size - rec.bytes
+	} else {
+		slot := c.freeSlotLocked(h)
+		rec = &record{slot: slot}
+		c.pushLocked(rec)
+		c.replies += replies
+		c.bytes += size
+	}
+	rec.replies, rec.bytes = replies, size
+	n.rec = rec
+	rec.e = &n
+	c.slots[rec.slot].Store(&n)
+	for c.replies > c.capacity || c.bytes > c.maxBytes {
+		victim := c.oldest
+		if victim == rec {
+			victim = rec.next
+		}
+		if victim == nil {
+			break
+		}
+		c.removeLocked(victim, ReasonCapacity)
+	}
+	return rec
+}
+
+// freeSlotLocked returns an empty slot among the probe slots of h, evicting
+// the oldest entry there when all are taken.
+func (c *Cache) freeSlotLocked(h uint64) int {
+	var oldest *record
+	for i := uint64(0); i < probe; i++ {
+		s := int((h + i) & c.mask)
+		e := c.slots[s].Load()
+		if e == nil {
+			return s
+		}
+		if oldest == nil || c.olderLocked(e.rec, oldest) {
+			oldest = e.rec
+		}
+	}
+	s := oldest.slot
+	c.removeLocked(oldest, ReasonCapacity)
+	return s
+}
+
+// olderLocked reports whether a was inserted before b.
+func (c *Cache) olderLocked(a, b *record) bool {
+	for r := a.next; r != nil; r = r.next {
+		if r == b {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cache) pushLocked(r *record) {
+	r.prev, r.next = c.newest, nil
+	if c.newest != nil {
+		c.newest.next = r
+	} else {
+		c.oldest = r
+	}
+	c.newest = r
+}
+
+// removeLocked unpublishes r's entry and forgets r.
+func (c *Cache) removeLocked(r *record, why Reason) {
+	if r.e == nil {
+		return
+	}
+	c.slots[r.slot].CompareAndSwap(r.e, nil)
+	c.evicted[why].Add(uint64(r.replies))
+	c.replies -= r.replies
+	c.bytes -= r.bytes
+	r.e = nil
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		c.oldest = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	} else {
+		c.newest = r.prev
+	}
+	r.prev, r.next = nil, nil
+}
+
+// measure returns the replies an entry holds and the bytes it is charged.
+func measure(e *entry) (replies int, size int64) {
+	size = entryOverhead + int64(len(e.key))
+	if e.get != nil {
+		replies++
+		size += replyOverhead + int64(len(e.get.bytes))
+	}
+	for f, r := range e.fields {
+		replies++
+		size += replyOverhead + int64(len(f)+len(r.bytes))
+	}
+	return replies, size
+}
+
+// Sweep drops replies whose key expired and replies the detector calls
+// cold: isCold gets the detector hash of each cached reply (the key's hash
+// for GET, FieldHash for HGET). Called periodically by one goroutine; it
+// takes the writer lock only to change something.
+func (c *Cache) Sweep(isCold func(h uint64) bool) {
+	now := c.now()
+	for i := range c.slots {
+		e := c.slots[i].Load()
+		if e == nil {
+			continue
+		}
+		if e.expireAt != 0 && now >= e.expireAt {
+			c.evictEntry(e, ReasonExpired)
+			continue
+		}
+		dropGet := e.get != nil && isCold(e.hash)
+		var coldFields []string
+		for f := range e.fields {
+			if isCold(FieldHash(e.hash, []byte(f))) {
+				coldFields = append(coldFields, f)
+			}
+		}
+		if !dropGet && coldFields == nil {
+			continue
+		}
+		c.dropReplies(e, dropGet, coldFields)
+	}
+}
+
+// dropReplies removes some replies of e's key, or the whole key when none
+// would be left.
+func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slots[e.rec.slot].Load() != e {
+		return
+	}
+	keepGet := e.get != nil && !dropGet
+	if !keepGet && len(fields) == len(e.fields) {
+		c.removeLocked(e.rec, ReasonCold)
+		return
+	}
+	before := e.rec.replies
+	c.upsertLocked(int(e.db), e.hash, []byte(e.key), func(n *entry) {
+		if dropGet {
+			n.get = nil
+		}
+		if len(fields) > 0 {
+			m := make(map[string]*reply, len(n.fields))
+			for k, v := range n.fields {
+				m[k] = v
+			}
+			for _, f := range fields {
+				delete(m, f)
+			}
+			n.fields = m
+		}
+	})
+	c.evicted[ReasonCold].Add(uint64(before - e.rec.replies))
+}
+
+// Stats is a snapshot of the cache's size and activity.
+type Stats struct {
+	Replies int                // cached replies now
+	Bytes   int64              // accounted bytes now
+	Fills   uint64             // replies stored since start
+	Evicted [numReasons]uint64 // replies evicted since start, by Reason
+}
+
+// Stats returns a snapshot. Safe from any goroutine.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	s := Stats{Replies: c.replies, Bytes: c.bytes}
+	c.mu.Unlock()
+	s.Fills = c.fills.Load()
+	for i := range s.Evicted {
+		s.Evicted[i] = c.evicted[i].Load()
+	}
+	return s
+}
+
+// Reasons lists every Reason, for exporting Stats.Evicted.
+func Reasons() []Reason {
+	return []Reason{ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity, ReasonFlush}
+}
