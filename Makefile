@@ -1,0 +1,44 @@
+# Cicada. `make help` lists the targets.
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Root runs apt-get directly; others use sudo when they have it.
+SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+
+.PHONY: help build run test deps fmt clean
+.DEFAULT_GOAL := build
+
+help:
+	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
+	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
+	@echo "make test    go vet and go test -race (installs redis-server if missing)"
+	@echo "make fmt     fail if any file needs gofmt"
+	@echo "make clean   remove bin/"
+
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/cicada ./cmd/cicada
+
+# UPSTREAM and ARGS given to make (or set in the environment) reach the script.
+run:
+	UPSTREAM="$$UPSTREAM" ARGS="$$ARGS" deploy/local/run.sh
+
+# deps installs what the tests need: redis-server, and gcc for -race. apt-get
+# update runs only if the first install fails (stale or missing lists).
+deps:
+	@pkgs=""; \
+	command -v redis-server >/dev/null || pkgs="$$pkgs redis-server"; \
+	command -v gcc >/dev/null || pkgs="$$pkgs gcc libc6-dev"; \
+	if [ -n "$$pkgs" ]; then \
+		echo "installing$$pkgs"; \
+		$(APT_INSTALL) $$pkgs || { $(SUDO) apt-get update -q && $(APT_INSTALL) $$pkgs; }; \
+	fi
+
+test: deps
+	go vet ./...
+	go test -race -count=1 -timeout 20m ./...
+
+fmt:
+	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
+
+clean:
+	rm -rf bin

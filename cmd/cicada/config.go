@@ -1,0 +1,655 @@
+package main
+
+// Configuration: four layers merged with koanf, each overriding the one before:
+//
+//	defaults  <  YAML file (--config or CICADA_CONFIG)  <  environment (CICADA_*)  <  flags
+//
+// Every layer uses the same keys: the flag names (hot-threshold). The
+// environment maps CICADA_HOT_THRESHOLD to hot-threshold. Only flags the user
+// set on the command line override; a flag's default never hides a value from
+// the file or the environment.
+//
+// Values are decoded here rather than with koanf's Unmarshal so that every
+// error is one line naming its setting, sizes accept redis.conf units in every
+// layer, and no layer can make a setting silently take a surprising value.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+)
+
+// version is the build's version, set with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Sentinel results of Load that are not failures: main prints the usage
+// (printUsage) or the version and exits 0.
+var (
+	ErrHelp    = errors.New("help requested")
+	ErrVersion = errors.New("version requested")
+)
+
+const (
+	envPrefix = "CICADA_"
+	maxLoops  = 256
+)
+
+// Config is Cicada's whole configuration after merging. Load returns it
+// validated; it is not modified afterwards, so it may be shared read-only.
+type Config struct {
+	// Listen is the RESP listen address (host:port). Default ":6380".
+	Listen string `koanf:"listen"`
+	// Upstream is the Redis address (host:port). Default "127.0.0.1:6379".
+	Upstream string `koanf:"upstream"`
+	// Admin is the HTTP listen address for /metrics, /healthz and /readyz.
+	// Default ":9121".
+	Admin string `koanf:"admin"`
+	// HotThreshold is the rate, in operations per second on one key over the
+	// 1-s window, at which that key is hot. Default 1000; must be >= 1.
+	HotThreshold uint32 `koanf:"hot-threshold"`
+	// Loops is the number of event loops, 1 to 256. A configured 0 (the
+	// default) means runtime.GOMAXPROCS(0), capped at 256; Load resolves it,
+	// so a loaded Config always has Loops >= 1.
+	Loops int `koanf:"loops"`
+	// CacheMaxValue is the largest reply value, in bytes, that may be
+	// cached; larger ones never are. Default 65536 (64 KiB); 0 disables the
+	// cache.
+	CacheMaxValue int `koanf:"cache-max-value"`
+	// CacheCapacity is the maximum number of cached replies. Default 10000;
+	// must be >= 1 unless the cache is disabled.
+	CacheCapacity int `koanf:"cache-capacity"`
+	// CacheMaxBytes is the most bytes the cache holds. Default 67108864
+	// (64 MiB); must be >= 1 unless the cache is disabled.
+	CacheMaxBytes int64 `koanf:"cache-max-bytes"`
+	// UpstreamUser is the ACL user of Cicada's own control and notification
+	// connections; "" (the default) means Redis's default user.
+	UpstreamUser string `koanf:"upstream-user"`
+	// UpstreamPassword is UpstreamUser's password. It comes from the YAML
+	// file, CICADA_UPSTREAM_PASSWORD, or (after Load) the content of
+	// UpstreamPasswordFile; there is no flag, since flags show in ps. Never
+	// log it: use Redacted or String.
+	UpstreamPassword string `koanf:"upstream-password"`
+	// UpstreamPasswordFile names a file whose content, trailing newlines
+	// trimmed, is the password. Load reads it into UpstreamPassword. Setting
+	// both it and upstream-password is an error.
+	UpstreamPasswordFile string `koanf:"upstream-password-file"`
+	// ConfigureNotifications makes Cicada merge the keyspace-event classes
+	// it needs into Redis's notify-keyspace-events at start. Default true.
+	ConfigureNotifications bool `koanf:"configure-notifications"`
+	// DialTimeout bounds each upstream dial. Default 2s; must be > 0.
+	DialTimeout time.Duration `koanf:"dial-timeout"`
+	// ShutdownTimeout is how long in-flight replies may take after SIGTERM.
+	// Default 10s; 0 means close at once.
+	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
+	// ClientQueryBufferLimit is how many bytes a client may have buffered,
+	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
+	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be >= 1.
+	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `koanf:"log-level"`
+	// LogFormat is json (default) or console.
+	LogFormat string `koanf:"log-format"`
+
+	// passwordFromFile is set by Load when it has read UpstreamPassword from
+	// UpstreamPasswordFile, so that Validate does not see two sources.
+	passwordFromFile bool
+}
+
+// byteSize marks a size setting in the settings table: bytes, or a string
+// with a redis.conf unit (see parseSize).
+type byteSize int64
+
+// setting is one configuration key, its default and its flag.
+type setting struct {
+	key    string
+	def    any // string, bool, int, uint32, byteSize or time.Duration
+	usage  string
+	noFlag bool // secrets: only from the file or the environment
+}
+
+// settings lists every key in Config order. It is the defaults layer, the
+// flag set, and the list of keys accepted from the file and the environment.
+var settings = []setting{
+	{key: "listen", def: ":6380", usage: "RESP listen address (host:port)"},
+	{key: "upstream", def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
+	{key: "admin", def: ":9121", usage: "HTTP admin address for /metrics, /healthz and /readyz"},
+	{key: "hot-threshold", def: uint32(1000), usage: "ops/s on one key (1-s window) at which the key is hot, >= 1"},
+	{key: "loops", def: 0, usage: "event loops, at most 256; 0 = GOMAXPROCS"},
+	{key: "cache-max-value", def: byteSize(64 << 10), usage: "replies with a larger value are not cached; 0 disables the cache"},
+	{key: "cache-capacity", def: 10000, usage: "maximum number of cached replies"},
+	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
+	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
+	{key: "upstream-password", def: "", noFlag: true},
+	{key: "upstream-password-file", def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
+	{key: "configure-notifications", def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
+	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
+	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
+	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client may have buffered unparsed or unforwarded before it is closed"},
+	{key: "log-level", def: "info", usage: "debug, info, warn or error"},
+	{key: "log-format", def: "json", usage: "json or console"},
+}
+
+func isSetting(key string) bool {
+	for _, s := range settings {
+		if s.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Load builds the configuration from args (without the program name) and
+// environ (as from os.Environ), reads the --config file and the password
+// file if given, and validates the result. It reads no other global state.
+//
+// It returns ErrHelp for -h/--help and ErrVersion for --version; every other
+// error is one line naming the setting, flag or file at fault.
+func Load(args []string, environ []string) (*Config, error) {
+	fs := newFlagSet()
+	if err := fs.Parse(args); err != nil {
+		var unknown *pflag.NotExistError
+		if errors.As(err, &unknown) && unknown.GetSpecifiedName() == "upstream-password" {
+			return nil, fmt.Errorf("%w (flags show in ps: set it in the config file, CICADA_UPSTREAM_PASSWORD or --upstream-password-file)", err)
+		}
+		return nil, err
+	}
+	if help, _ := fs.GetBool("help"); help {
+		return nil, ErrHelp
+	}
+	if v, _ := fs.GetBool("version"); v {
+		return nil, ErrVersion
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: cicada takes only flags", fs.Arg(0))
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults(), ""), nil); err != nil {
+		return nil, fmt.Errorf("defaults: %w", err)
+	}
+	path, _ := fs.GetString("config")
+	if path == "" {
+		path = lookupEnv(environ, envPrefix+"CONFIG")
+	}
+	if path != "" {
+		if err := loadFile(k, path); err != nil {
+			return nil, oneLine(err)
+		}
+	}
+	envLayer := env.Provider(".", env.Opt{
+		Prefix:        envPrefix,
+		TransformFunc: envKey,
+		EnvironFunc:   func() []string { return environ },
+	})
+	if err := k.Load(envLayer, nil); err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+	flagLayer := posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
+		if !isSetting(f.Name) {
+			return "", nil // --config, --help, --version
+		}
+		return f.Name, posflag.FlagVal(fs, f)
+	})
+	if err := k.Load(flagLayer, nil); err != nil {
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+
+	c, err := decode(k)
+	if err != nil {
+		return nil, err
+	}
+	if c.UpstreamPasswordFile != "" && c.UpstreamPassword == "" {
+		b, err := os.ReadFile(c.UpstreamPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("upstream-password-file: %w", err)
+		}
+		c.UpstreamPassword = strings.TrimRight(string(b), "\r\n")
+		if c.UpstreamPassword == "" {
+			return nil, fmt.Errorf("upstream-password-file: %s is empty", c.UpstreamPasswordFile)
+		}
+		c.passwordFromFile = true
+	}
+	if c.Loops == 0 {
+		c.Loops = min(runtime.GOMAXPROCS(0), maxLoops)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// newFlagSet defines one flag per setting (except secrets) plus --config,
+// --help and --version. It prints nothing: Load returns the errors.
+func newFlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("cicada", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.String("config", "", "YAML config file (or CICADA_CONFIG)")
+	for _, s := range settings {
+		if s.noFlag {
+			continue
+		}
+		switch d := s.def.(type) {
+		case string:
+			fs.String(s.key, d, s.usage)
+		case bool:
+			fs.Bool(s.key, d, s.usage)
+		case int:
+			fs.Int(s.key, d, s.usage)
+		case uint32:
+			fs.Uint32(s.key, d, s.usage)
+		case time.Duration:
+			fs.Duration(s.key, d, s.usage)
+		case byteSize:
+			fs.Var(&sizeFlag{s: formatSize(int64(d))}, s.key, s.usage)
+		default:
+			panic(fmt.Sprintf("setting %s: unsupported default type %T", s.key, d))
+		}
+	}
+	fs.Bool("version", false, "print the version and exit")
+	fs.BoolP("help", "h", false, "print this help and exit")
+	return fs
+}
+
+// printUsage writes the --help text.
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, `Usage: cicada [flags]
+
+Cicada is a transparent Redis sidecar proxy. Settings come from, each
+overriding the one before: defaults, the YAML file given by --config (keys as
+the flag names, e.g. "hot-threshold: 500"), the environment (CICADA_ plus the
+flag name in upper case with "_" for "-", e.g. CICADA_HOT_THRESHOLD=500), and
+flags. Sizes take bytes or redis.conf units (1k = 1000, 1kb = 1024, m, mb, g,
+gb); durations take Go syntax (750ms, 2s). The Redis password has no flag: set
+upstream-password in the file, CICADA_UPSTREAM_PASSWORD, or
+--upstream-password-file.
+
+Flags:
+%s`, newFlagSet().FlagUsages())
+}
+
+// defaults returns the lowest layer, as a flat map keyed like the flags.
+func defaults() map[string]any {
+	m := make(map[string]any, len(settings))
+	for _, s := range settings {
+		if d, ok := s.def.(byteSize); ok {
+			m[s.key] = int64(d)
+			continue
+		}
+		m[s.key] = s.def
+	}
+	return m
+}
+
+// loadFile merges the YAML file at path into k. Unknown keys are an error, so
+// a misspelt setting cannot go unnoticed; a key with no value (YAML null) is
+// ignored.
+func loadFile(k *koanf.Koanf, path string) error {
+	f := koanf.New(".")
+	if err := f.Load(file.Provider(path), yaml.Parser()); err != nil {
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) { // already names the file
+			return fmt.Errorf("config: %w", err)
+		}
+		return fmt.Errorf("config: %s: %w", path, err)
+	}
+	for _, key := range f.Keys() {
+		if !isSetting(key) {
+			return fmt.Errorf("config file: unknown setting %q", key)
+		}
+		if f.Get(key) == nil {
+			f.Delete(key)
+		}
+	}
+	return k.Merge(f)
+}
+
+// envKey maps CICADA_HOT_THRESHOLD to hot-threshold. Unknown names (such as
+// Kubernetes' CICADA_SERVICE_HOST) and empty values are ignored.
+func envKey(name, value string) (string, any) {
+	key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, envPrefix)), "_", "-")
+	if !isSetting(key) || value == "" {
+		return "", nil
+	}
+	return key, value
+}
+
+// lookupEnv returns the last value of name in environ, like os.Getenv.
+func lookupEnv(environ []string, name string) string {
+	v := ""
+	for _, kv := range environ {
+		if n, val, ok := strings.Cut(kv, "="); ok && n == name {
+			v = val
+		}
+	}
+	return v
+}
+
+// oneLine folds a multi-line error (some YAML errors are) onto one line.
+func oneLine(err error) error {
+	s := err.Error()
+	if !strings.Contains(s, "\n") {
+		return err
+	}
+	return errors.New(strings.Join(strings.Fields(s), " "))
+}
+
+// decode converts the merged values into a Config. Values come as strings
+// (environment), YAML scalars or typed flag values; each conversion error
+// names its key.
+func decode(k *koanf.Koanf) (*Config, error) {
+	d := decoder{k: k}
+	c := &Config{
+		Listen:                 d.str("listen"),
+		Upstream:               d.str("upstream"),
+		Admin:                  d.str("admin"),
+		HotThreshold:           uint32(d.integer("hot-threshold", 0, math.MaxUint32)),
+		Loops:                  int(d.integer("loops", math.MinInt, math.MaxInt)),
+		CacheMaxValue:          int(d.size("cache-max-value")),
+		CacheCapacity:          int(d.integer("cache-capacity", math.MinInt, math.MaxInt)),
+		CacheMaxBytes:          d.size("cache-max-bytes"),
+		UpstreamUser:           d.str("upstream-user"),
+		UpstreamPassword:       d.str("upstream-password"),
+		UpstreamPasswordFile:   d.str("upstream-password-file"),
+		ConfigureNotifications: d.boolean("configure-notifications"),
+		DialTimeout:            d.duration("dial-timeout"),
+		ShutdownTimeout:        d.duration("shutdown-timeout"),
+		ClientQueryBufferLimit: d.size("client-query-buffer-limit"),
+		LogLevel:               strings.ToLower(d.str("log-level")),
+		LogFormat:              strings.ToLower(d.str("log-format")),
+	}
+	return c, d.err
+}
+
+// decoder reads typed values from k, keeping the first error.
+type decoder struct {
+	k   *koanf.Koanf
+	err error
+}
+
+func (d *decoder) fail(key, format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(key+": "+format, args...)
+	}
+}
+
+// str never echoes the value: it may be the password.
+func (d *decoder) str(key string) string {
+	switch v := d.k.Get(key).(type) {
+	case string:
+		return v
+	default:
+		d.fail(key, "must be a string (quote it in YAML), got %s", kindOf(v))
+		return ""
+	}
+}
+
+func (d *decoder) boolean(key string) bool {
+	switch v := d.k.Get(key).(type) {
+	case bool:
+		return v
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			d.fail(key, "invalid boolean %q", v)
+		}
+		return b
+	default:
+		d.fail(key, "must be true or false, got %s", kindOf(v))
+		return false
+	}
+}
+
+// integer accepts whole numbers in [lo, hi] (decimal in strings).
+func (d *decoder) integer(key string, lo, hi int64) int64 {
+	n, ok := d.whole(key, "integer", func(s string) (int64, bool) {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		return n, err == nil
+	})
+	if ok && (n < lo || n > hi) {
+		d.fail(key, "%d is out of range [%d, %d]", n, lo, hi)
+		return 0
+	}
+	return n
+}
+
+// size accepts whole numbers of bytes, or strings as parseSize does.
+func (d *decoder) size(key string) int64 {
+	n, ok := d.whole(key, "size", parseSize)
+	if ok && int64(int(n)) != n {
+		d.fail(key, "%d is out of range", n)
+		return 0
+	}
+	return n
+}
+
+// whole converts any integer type, an integral float (YAML 1e6) or a string
+// (with parse) to int64.
+func (d *decoder) whole(key, kind string, parse func(string) (int64, bool)) (int64, bool) {
+	switch v := d.k.Get(key).(type) {
+	case int:
+		return int64(v), true
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case uint64:
+		if v <= math.MaxInt64 {
+			return int64(v), true
+		}
+	case float64:
+		if v == math.Trunc(v) && v >= math.MinInt64 && v < math.MaxInt64 {
+			return int64(v), true
+		}
+		d.fail(key, "invalid %s %v: not a whole number in range", kind, v)
+		return 0, false
+	case string:
+		if n, ok := parse(v); ok {
+			return n, true
+		}
+		d.fail(key, "invalid %s %q", kind, v)
+		return 0, false
+	}
+	d.fail(key, "invalid %s: got %s", kind, kindOf(d.k.Get(key)))
+	return 0, false
+}
+
+// kindOf names the type of a value read from YAML without showing it.
+func kindOf(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	}
+	return "a number"
+}
+
+func (d *decoder) duration(key string) time.Duration {
+	switch v := d.k.Get(key).(type) {
+	case time.Duration:
+		return v
+	case string:
+		t, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			d.fail(key, "invalid duration %q (use Go syntax such as 750ms or 2s)", v)
+		}
+		return t
+	default:
+		d.fail(key, "invalid duration: got %s (use Go syntax such as 750ms or 2s, quoted in YAML if need be)", kindOf(v))
+		return 0
+	}
+}
+
+// parseSize parses a byte count as redis.conf does: digits, optionally
+// followed by a case-insensitive unit: b = 1, k = 1000, kb = 1024,
+// m = 1000*1000, mb = 1024*1024, g = 1000*1000*1000, gb = 1024*1024*1024.
+func parseSize(s string) (int64, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	digits, unit := s[:i], s[i:]
+	mult := map[string]int64{
+		"": 1, "b": 1,
+		"k": 1000, "kb": 1 << 10,
+		"m": 1000 * 1000, "mb": 1 << 20,
+		"g": 1000 * 1000 * 1000, "gb": 1 << 30,
+	}[unit]
+	if digits == "" || mult == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n > math.MaxInt64/mult {
+		return 0, false
+	}
+	return n * mult, true
+}
+
+// formatSize writes n with the largest binary unit that divides it exactly.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// sizeFlag is a pflag.Value holding a size flag's text as given; decode
+// parses it, so that a bad size reads the same from every layer.
+type sizeFlag struct{ s string }
+
+func (f *sizeFlag) String() string     { return f.s }
+func (f *sizeFlag) Set(s string) error { f.s = s; return nil }
+func (f *sizeFlag) Type() string       { return "size" }
+
+// Validate checks every setting and returns the first problem as
+// "<setting>: <what is wrong>". It accepts Loops == 0 (GOMAXPROCS) for
+// Configs built by hand.
+func (c *Config) Validate() error {
+	switch {
+	case !isHostPort(c.Listen, 0):
+		return fmt.Errorf("listen: must be host:port, got %q", c.Listen)
+	case !isHostPort(c.Upstream, 1):
+		return fmt.Errorf("upstream: must be host:port with a port from 1 to 65535, got %q", c.Upstream)
+	case !isHostPort(c.Admin, 0):
+		return fmt.Errorf("admin: must be host:port, got %q", c.Admin)
+	case c.HotThreshold < 1:
+		return fmt.Errorf("hot-threshold: must be >= 1, got %d", c.HotThreshold)
+	case c.Loops < 0 || c.Loops > maxLoops:
+		return fmt.Errorf("loops: must be between 0 (GOMAXPROCS) and %d, got %d", maxLoops, c.Loops)
+	case c.CacheMaxValue < 0:
+		return fmt.Errorf("cache-max-value: must be >= 0, got %d", c.CacheMaxValue)
+	case c.CacheCapacity < 0 || c.CacheMaxValue > 0 && c.CacheCapacity < 1:
+		return fmt.Errorf("cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheCapacity)
+	case c.CacheMaxBytes < 0 || c.CacheMaxValue > 0 && c.CacheMaxBytes < 1:
+		return fmt.Errorf("cache-max-bytes: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheMaxBytes)
+	case c.UpstreamPassword != "" && c.UpstreamPasswordFile != "" && !c.passwordFromFile:
+		return errors.New("upstream-password-file: cannot be used together with upstream-password; set only one")
+	case c.DialTimeout <= 0:
+		return fmt.Errorf("dial-timeout: must be > 0, got %s", c.DialTimeout)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
+	case c.ClientQueryBufferLimit < 1:
+		return fmt.Errorf("client-query-buffer-limit: must be >= 1, got %d", c.ClientQueryBufferLimit)
+	case !oneOf(c.LogLevel, "debug", "info", "warn", "error"):
+		return fmt.Errorf("log-level: must be debug, info, warn or error, got %q", c.LogLevel)
+	case !oneOf(c.LogFormat, "json", "console"):
+		return fmt.Errorf("log-format: must be json or console, got %q", c.LogFormat)
+	}
+	return nil
+}
+
+// isHostPort reports whether s is host:port with a decimal port in
+// [minPort, 65535]. The host may be empty (all interfaces, or localhost for
+// dialing).
+func isHostPort(s string, minPort int) bool {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= minPort && p <= 65535
+}
+
+func oneOf(s string, allowed ...string) bool {
+	for _, a := range allowed {
+		if s == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Redacted returns the settings keyed like the flags, for logging: the
+// password is "***" when set, durations are strings ("2s").
+func (c *Config) Redacted() map[string]any {
+	password := ""
+	if c.UpstreamPassword != "" {
+		password = "***"
+	}
+	return map[string]any{
+		"listen":                    c.Listen,
+		"upstream":                  c.Upstream,
+		"admin":                     c.Admin,
+		"hot-threshold":             c.HotThreshold,
+		"loops":                     c.Loops,
+		"cache-max-value":           c.CacheMaxValue,
+		"cache-capacity":            c.CacheCapacity,
+		"cache-max-bytes":           c.CacheMaxBytes,
+		"upstream-user":             c.UpstreamUser,
+		"upstream-password":         password,
+		"upstream-password-file":    c.UpstreamPasswordFile,
+		"configure-notifications":   c.ConfigureNotifications,
+		"dial-timeout":              c.DialTimeout.String(),
+		"shutdown-timeout":          c.ShutdownTimeout.String(),
+		"client-query-buffer-limit": c.ClientQueryBufferLimit,
+		"log-level":                 c.LogLevel,
+		"log-format":                c.LogFormat,
+	}
+}
+
+// String formats the settings on one line as key=value in Config order, the
+// password redacted, so that %v and %+v never print it.
+func (c *Config) String() string {
+	r := c.Redacted()
+	var b strings.Builder
+	for i, s := range settings {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", s.key, r[s.key])
+	}
+	return b.String()
+}
+
+// GoString keeps %#v from printing the password too.
+func (c *Config) GoString() string { return "main.Config{" + c.String() + "}" }
