@@ -228,15 +228,16 @@ func (c *Cache) Now() int64 { return c.now() }
 // ident speaking protocol proto (2 or 3). On Hit the returned bytes are the
 // exact reply; they are immutable and stay valid forever.
 func (c *Cache) Get(db int, h uint64, key []byte, ident uint32, proto int) ([]byte, Status) {
-	return c.lookup(db, h, key, nil, false, ident, proto)
+	return c.Lookup(db, h, key, nil, false, ident, proto)
 }
 
 // HGet is Get for HGET key field.
 func (c *Cache) HGet(db int, h uint64, key, field []byte, ident uint32, proto int) ([]byte, Status) {
-	return c.lookup(db, h, key, field, true, ident, proto)
+	return c.Lookup(db, h, key, field, true, ident, proto)
 }
 
-func (c *Cache) lookup(db int, h uint64, key, field []byte, isField bool, ident uint32, proto int) ([]byte, Status) {
+// Lookup is Get (isField false) or HGet (isField true) in one call.
+func (c *Cache) Lookup(db int, h uint64, key, field []byte, isField bool, ident uint32, proto int) ([]byte, Status) {
 	if c.suspended.Load() != 0 {
 		return nil, Suspended
 	}
@@ -426,6 +427,10 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	defer c.mu.Unlock()
 	if !c.ticketValid(t) {
 		return false
+	}
+	if old := c.find(f.DB, f.Hash, f.Key); old != nil && old.expireAt != 0 && c.now() >= old.expireAt {
+		// The key expired since: its other replies are stale too.
+		c.removeLocked(old.rec, ReasonExpired)
 	}
 	r := &reply{readers: []uint32{f.Ident}}
 	if f.Reply != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -457,15 +458,15 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 
 	var out, errOut bytes.Buffer
-	if code := run([]string{"--help"}, nil, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--hot-threshold") || strings.Contains(out.String(), "--upstream-password ") {
+	if code := run(context.Background(), []string{"--help"}, nil, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--hot-threshold") || strings.Contains(out.String(), "--upstream-password ") {
 		t.Errorf("--help: exit %d, output %q", code, out.String())
 	}
 	out.Reset()
-	if code := run([]string{"--version"}, nil, &out, &errOut); code != 0 || out.String() != "cicada "+version+"\n" {
+	if code := run(context.Background(), []string{"--version"}, nil, &out, &errOut); code != 0 || out.String() != "cicada "+version+"\n" {
 		t.Errorf("--version: exit %d, output %q", code, out.String())
 	}
 	out.Reset()
-	if code := run([]string{"--hot-threshold", "0"}, nil, &out, &errOut); code != 2 || errOut.String() != "cicada: hot-threshold: must be >= 1, got 0\n" {
+	if code := run(context.Background(), []string{"--hot-threshold", "0"}, nil, &out, &errOut); code != 2 || errOut.String() != "cicada: hot-threshold: must be >= 1, got 0\n" {
 		t.Errorf("bad setting: exit %d, stderr %q", code, errOut.String())
 	}
 }

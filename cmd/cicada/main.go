@@ -1,24 +1,44 @@
-// Command cicada is a transparent Redis sidecar proxy.
+// Command cicada is a transparent Redis sidecar proxy that answers hot GET
+// and HGET requests from pre-serialized replies.
 //
-// TEMPORARY: this main only loads and prints the configuration; the proxy
-// wiring replaces it.
+// It wires the packages together: configuration (config.go), the hot cache
+// (hotcache), the hot-key detector (detector), the keyspace-notification
+// subscriber (hotcache/keyspace), the RESP proxy (proxy) and the admin HTTP
+// listener. Exit codes: 0 after a clean shutdown, --help or --version; 1 for
+// a runtime failure (a listener that cannot bind); 2 for a bad setting.
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotcache/keyspace"
+	"github.com/cicada-proxy/cicada/proxy"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-// run returns the exit code: 0 on success, --help and --version, 2 for a
-// configuration error.
-func run(args, environ []string, stdout, stderr io.Writer) int {
+// run starts Cicada and serves until ctx is done; it returns the exit code.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	cfg, err := Load(args, environ)
 	switch {
 	case errors.Is(err, ErrHelp):
@@ -31,11 +51,125 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cicada:", err)
 		return 2
 	}
-	b, err := json.MarshalIndent(cfg.Redacted(), "", "  ")
+	log, err := newLogger(cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "cicada:", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	redis.SetLogger(redisLogger{log.Sugar().Named("go-redis")})
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("cicada stopped", zap.Error(err))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s\n", b)
 	return 0
+}
+
+// serve builds the components, runs them, and shuts them down when ctx is
+// done.
+func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
+	log.Info("starting cicada", zap.String("version", version), zap.Any("config", cfg.Redacted()))
+	cache, err := hotcache.New(hotcache.Config{
+		Capacity: cfg.CacheCapacity,
+		MaxBytes: cfg.CacheMaxBytes,
+		MaxValue: cfg.CacheMaxValue,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.CacheMaxValue == 0 {
+		cache.Suspend() // cache disabled: a plain transparent proxy
+		log.Info("cache disabled (cache-max-value 0)")
+	}
+	det, err := detector.New(detector.Config{Threshold: cfg.HotThreshold, Loops: cfg.Loops}, time.Now())
+	if err != nil {
+		return err
+	}
+	sub := keyspace.New(keyspace.Config{
+		Addr:        cfg.Upstream,
+		Username:    cfg.UpstreamUser,
+		Password:    cfg.UpstreamPassword,
+		Configure:   cfg.ConfigureNotifications,
+		DialTimeout: cfg.DialTimeout,
+		Logger:      log.Named("keyspace"),
+	}, cache)
+	srv, err := proxy.New(proxy.Config{
+		Listen:           cfg.Listen,
+		Upstream:         cfg.Upstream,
+		Loops:            cfg.Loops,
+		DialTimeout:      cfg.DialTimeout,
+		QueryBufferLimit: cfg.ClientQueryBufferLimit,
+		MaxValue:         cfg.CacheMaxValue,
+		Logger:           log.Named("proxy"),
+	}, cache, det, sub)
+	if err != nil {
+		return err
+	}
+
+	adminLn, err := net.Listen("tcp", cfg.Admin)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener stopped", zap.Error(err))
+		}
+	}()
+	log.Info("admin listening", zap.String("addr", adminLn.Addr().String()))
+
+	subCtx, stopSub := context.WithCancel(context.Background())
+	subDone := make(chan struct{})
+	go func() {
+		defer close(subDone)
+		_ = sub.Run(subCtx)
+	}()
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run() }()
+
+	var err2 error
+	select {
+	case err2 = <-runErr:
+	case <-ctx.Done():
+		log.Info("shutting down", zap.Duration("timeout", cfg.ShutdownTimeout))
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("proxy shutdown", zap.Error(err))
+		}
+		cancel()
+		err2 = <-runErr
+	}
+	actx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = admin.Shutdown(actx)
+	cancel()
+	stopSub()
+	<-subDone
+	log.Info("stopped")
+	return err2
+}
+
+// newLogger builds the zap logger the configuration asks for.
+func newLogger(cfg *Config, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("log-level: %w", err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.LogFormat == "console" {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
+}
+
+// redisLogger routes go-redis's internal messages to zap at warn level.
+type redisLogger struct{ l *zap.SugaredLogger }
+
+// Printf implements go-redis's internal.Logging.
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Warnf(format, v...)
 }

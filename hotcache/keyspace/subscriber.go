@@ -1,0 +1,394 @@
+// Package keyspace keeps the hot cache consistent with writes Cicada does
+// not see: it subscribes to Redis keyspace notifications and evicts every key
+// Redis reports, and it fences writes whose keys Cicada cannot name.
+//
+// # Flow
+//
+//	start ── cache suspended (no hits, no fills)
+//	  │
+//	  ├─ control connection: CONFIG GET notify-keyspace-events; merge the
+//	  │  classes Cicada needs (K + A) when allowed; verify
+//	  ├─ notification connection: PSUBSCRIBE __keyspace@*__:*
+//	  │     confirmed ─► cache.Flush(), cache.Resume(): ready
+//	  │     message   ─► cache.Invalidate(db, key)
+//	  │     pong n    ─► every fence requested before PING n is released
+//	  │     error, silence past the check interval, or the classes removed
+//	  │               ─► cache.Suspend(): not ready; reconnect with backoff
+//	  └─ every CheckInterval: PING (liveness) and CONFIG GET (classes intact)
+//
+// A fence relies on Redis queueing a write's notifications on this
+// connection while it executes the write: once the write's reply has reached
+// Cicada, a PING sent here comes back after all of that write's
+// notifications. One PING releases every fence requested before it.
+//
+// # Goroutines
+//
+// Run owns the connections and the state not marked otherwise. Fence and
+// Ready are safe from any goroutine (event loops call Fence).
+package keyspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+)
+
+// Pattern is the channel pattern Cicada subscribes to.
+const Pattern = "__keyspace@*__:*"
+
+// needed are the notify-keyspace-events classes Cicada relies on: K
+// (keyspace channel) and every event class of A (g$lshzxetd in 7.0).
+const needed = "Kg$lshzxetd"
+
+// Errors reported through the logger and ReadyErr.
+var (
+	ErrNotConfigured = errors.New("keyspace: notify-keyspace-events lacks classes Cicada needs and configure-notifications is off")
+	ErrSilent        = errors.New("keyspace: notification connection silent past the check interval")
+)
+
+// Config configures a Subscriber.
+type Config struct {
+	// Addr is Redis's host:port.
+	Addr string
+	// Username and Password authenticate both control connections; empty
+	// means the default user without a password.
+	Username, Password string
+	// Configure allows CONFIG SET notify-keyspace-events to add missing
+	// classes (never removing any).
+	Configure bool
+	// DialTimeout bounds each connection attempt.
+	DialTimeout time.Duration
+	// CheckInterval is how often liveness and the notification classes are
+	// checked; 0 means 1 s. A connection silent for two intervals is
+	// considered lost.
+	CheckInterval time.Duration
+	// Logger receives one line per state change.
+	Logger *zap.Logger
+}
+
+// Subscriber is the notification consumer. Create with New, start with Run.
+type Subscriber struct {
+	cfg   Config
+	cache *hotcache.Cache
+	log   *zap.Logger
+
+	ready      atomic.Bool  // subscription confirmed, classes verified
+	maxBulk    atomic.Int64 // Redis's proto-max-bulk-len, 0 until read
+	events     atomic.Uint64
+	reconnects atomic.Uint64
+
+	fmu       sync.Mutex // guards the following
+	requested uint64     // fences requested so far
+	released  uint64     // fences released so far
+	kick      chan struct{}
+
+	down bool // Run: the cache is suspended on our behalf
+}
+
+// New returns a Subscriber for cache. The cache is suspended until the
+// subscription is confirmed; Run must be started for it to ever resume.
+func New(cfg Config, cache *hotcache.Cache) *Subscriber {
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cache.Suspend()
+	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: true}
+}
+
+// Ready reports whether notifications are flowing and the cache may answer.
+func (s *Subscriber) Ready() bool { return s.ready.Load() }
+
+// MaxBulkLen returns Redis's proto-max-bulk-len in bytes, or 0 when it has
+// not been read yet.
+func (s *Subscriber) MaxBulkLen() int64 { return s.maxBulk.Load() }
+
+// Events returns the keyspace notifications received since start.
+func (s *Subscriber) Events() uint64 { return s.events.Load() }
+
+// Reconnects returns how many times the subscription was re-established.
+func (s *Subscriber) Reconnects() uint64 { return s.reconnects.Load() }
+
+// Fence releases one cache.Suspend (taken by the caller before it sent a
+// write whose keys it cannot name) once every notification of writes whose
+// replies have already arrived has been processed. Never blocks.
+func (s *Subscriber) Fence() {
+	s.fmu.Lock()
+	s.requested++
+	s.fmu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// releaseUpTo resumes the cache once per fence numbered <= n not yet released.
+func (s *Subscriber) releaseUpTo(n uint64) {
+	s.fmu.Lock()
+	if n > s.requested {
+		n = s.requested
+	}
+	var k uint64
+	if n > s.released {
+		k = n - s.released
+		s.released = n
+	}
+	s.fmu.Unlock()
+	for ; k > 0; k-- {
+		s.cache.Resume()
+	}
+}
+
+func (s *Subscriber) requestedNow() uint64 {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.requested
+}
+
+// Run maintains the subscription until ctx is done. It returns ctx.Err().
+func (s *Subscriber) Run(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := s.session(ctx)
+		s.setDown(err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Full jitter, so sidecars restarting together do not reconnect together.
+		d := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+		if err == nil {
+			backoff = 50 * time.Millisecond
+		}
+	}
+}
+
+// setDown suspends the cache (once) and marks the subscriber not ready.
+func (s *Subscriber) setDown(err error) {
+	if s.ready.Swap(false) {
+		s.log.Warn("keyspace notifications lost; cache suspended", zap.Error(err))
+	}
+	if !s.down {
+		s.down = true
+		s.cache.Suspend()
+	}
+}
+
+func (s *Subscriber) options(name string) *redis.Options {
+	return &redis.Options{
+		Addr:            s.cfg.Addr,
+		Username:        s.cfg.Username,
+		Password:        s.cfg.Password,
+		ClientName:      name,
+		Protocol:        2,
+		DialTimeout:     s.cfg.DialTimeout,
+		ReadTimeout:     2 * s.cfg.CheckInterval,
+		WriteTimeout:    2 * s.cfg.CheckInterval,
+		MaxRetries:      -1,
+		PoolSize:        1,
+		DisableIdentity: true,
+	}
+}
+
+// session runs one subscription from connect to failure.
+func (s *Subscriber) session(ctx context.Context) error {
+	ctl := redis.NewClient(s.options("cicada-control"))
+	defer ctl.Close()
+	if err := s.ensureClasses(ctx, ctl); err != nil {
+		return err
+	}
+	sub := redis.NewClient(s.options("cicada-keyspace"))
+	defer sub.Close()
+	ps := sub.PSubscribe(ctx, Pattern)
+	defer ps.Close()
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var pinger sync.WaitGroup
+	defer pinger.Wait()
+	defer cancel()
+
+	lastHeard := time.Now()
+	confirmed := false
+	for {
+		msg, err := ps.ReceiveTimeout(sctx, s.cfg.CheckInterval)
+		if err != nil {
+			var ne interface{ Timeout() bool }
+			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+				if time.Since(lastHeard) > 2*s.cfg.CheckInterval {
+					return ErrSilent
+				}
+				if err := s.ensureClasses(ctx, ctl); err != nil {
+					return err
+				}
+				if err := ps.Ping(ctx, "alive"); err != nil {
+					return fmt.Errorf("keyspace: ping: %w", err)
+				}
+				continue
+			}
+			return fmt.Errorf("keyspace: receive: %w", err)
+		}
+		lastHeard = time.Now()
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.events.Add(1)
+			if db, key, ok := parseChannel(m.Channel); ok {
+				s.cache.Invalidate(db, key)
+			} else {
+				s.log.Warn("unexpected keyspace channel", zap.String("channel", m.Channel))
+			}
+		case *redis.Pong:
+			if n, err := strconv.ParseUint(m.Payload, 10, 64); err == nil {
+				s.releaseUpTo(n)
+			}
+		case *redis.Subscription:
+			if m.Kind != "psubscribe" || confirmed {
+				// go-redis re-subscribed on a new connection: events may
+				// have been lost in between.
+				return errors.New("keyspace: subscription re-established underneath")
+			}
+			confirmed = true
+			s.up()
+			pinger.Add(1)
+			go func() {
+				defer pinger.Done()
+				s.pingFences(sctx, ps)
+			}()
+		}
+	}
+}
+
+// up flushes the cache (notifications may have been missed while down),
+// releases every fence requested so far, and resumes the cache.
+func (s *Subscriber) up() {
+	s.cache.Flush()
+	s.releaseUpTo(s.requestedNow())
+	if s.down {
+		s.down = false
+		s.cache.Resume()
+	}
+	if s.reconnects.Add(1) > 1 {
+		s.log.Info("keyspace notifications re-established; cache flushed and resumed")
+	} else {
+		s.log.Info("keyspace notifications established; cache enabled")
+	}
+	s.ready.Store(true)
+}
+
+// pingFences sends one PING carrying the current fence count whenever new
+// fences were requested; its PONG releases them (see Run).
+func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub) {
+	var sent uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		n := s.requestedNow()
+		if n == sent {
+			continue
+		}
+		if err := ps.Ping(ctx, strconv.FormatUint(n, 10)); err != nil {
+			return // the receive loop sees the broken connection
+		}
+		sent = n
+	}
+}
+
+// ensureClasses checks notify-keyspace-events, adds the missing classes when
+// allowed, and reads proto-max-bulk-len.
+func (s *Subscriber) ensureClasses(ctx context.Context, ctl *redis.Client) error {
+	cur, err := getConfig(ctx, ctl, "notify-keyspace-events")
+	if err != nil {
+		return err
+	}
+	if missing := missingClasses(cur); missing != "" {
+		if !s.cfg.Configure {
+			return ErrNotConfigured
+		}
+		merged := cur + missing
+		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
+			return fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
+		}
+		s.log.Info("notify-keyspace-events extended", zap.String("was", cur), zap.String("added", missing))
+		if cur, err = getConfig(ctx, ctl, "notify-keyspace-events"); err != nil {
+			return err
+		}
+		if missing := missingClasses(cur); missing != "" {
+			return fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
+		}
+	}
+	if v, err := getConfig(ctx, ctl, "proto-max-bulk-len"); err == nil {
+		if n, perr := strconv.ParseInt(v, 10, 64); perr == nil {
+			s.maxBulk.Store(n)
+		}
+	}
+	return nil
+}
+
+func getConfig(ctx context.Context, ctl *redis.Client, name string) (string, error) {
+	m, err := ctl.ConfigGet(ctx, name).Result()
+	if err != nil {
+		return "", fmt.Errorf("keyspace: CONFIG GET %s: %w", name, err)
+	}
+	v, ok := m[name]
+	if !ok {
+		return "", fmt.Errorf("keyspace: CONFIG GET %s: no value", name)
+	}
+	return v, nil
+}
+
+// missingClasses returns the classes of needed absent from flags, as
+// notify-keyspace-events letters; 'A' stands for all of g$lshzxetd.
+func missingClasses(flags string) string {
+	var missing strings.Builder
+	for _, c := range needed {
+		if strings.ContainsRune(flags, c) {
+			continue
+		}
+		if c != 'K' && strings.ContainsRune(flags, 'A') {
+			continue
+		}
+		missing.WriteRune(c)
+	}
+	return missing.String()
+}
+
+// parseChannel splits "__keyspace@<db>__:<key>".
+func parseChannel(ch string) (db int, key string, ok bool) {
+	const prefix = "__keyspace@"
+	if !strings.HasPrefix(ch, prefix) {
+		return 0, "", false
+	}
+	rest := ch[len(prefix):]
+	end := strings.Index(rest, "__:")
+	if end <= 0 {
+		return 0, "", false
+	}
+	db, err := strconv.Atoi(rest[:end])
+	if err != nil || db < 0 {
+		return 0, "", false
+	}
+	return db, rest[end+3:], true
+}

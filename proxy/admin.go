@@ -1,0 +1,34 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// AdminHandler serves the admin HTTP endpoints:
+//
+//	/metrics  Prometheus metrics (Collector plus Go runtime and process)
+//	/healthz  200 while the process serves requests (liveness)
+//	/readyz   200 when the keyspace-notification subscription is up, so
+//	          hot keys are cached and Redis answered it; 503 otherwise
+//
+// Key values never appear here.
+func (srv *Server) AdminHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector(), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !srv.fencer.Ready() {
+			http.Error(w, "not ready: keyspace notifications not established\n", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}

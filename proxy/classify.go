@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"strconv"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/command"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// decision is what processClient does with a complete request.
+type decision uint8
+
+const (
+	decideForward decision = iota // send it to Redis (slot queued)
+	decideLocal                   // answered from the cache (reply in loop.out)
+	decidePause                   // stop parsing until every reply is in
+	decideInject                  // forward it and loop.inject right behind it
+)
+
+// subKind names a (un)subscribe command family.
+type subKind uint8
+
+const (
+	subChannel subKind = iota // SUBSCRIBE / UNSUBSCRIBE: channels
+	subPattern                // PSUBSCRIBE / PUNSUBSCRIBE: patterns
+	subShard                  // SSUBSCRIBE / SUNSUBSCRIBE: shard channels
+)
+
+// commandKey is a key a write touches, resolved to its db.
+type commandKey struct {
+	db  int
+	key []byte
+}
+
+// onCommand decides what to do with the complete request the parser holds.
+func (s *session) onCommand(n int) decision {
+	args := s.parser.Args()
+	argc := s.parser.Argc()
+	if d, ok := s.onRead(args, argc); ok {
+		return d
+	}
+	spec := command.Resolve(args)
+	sl := slot{kind: slotReply}
+	pauseAfter := false
+	if spec != nil && spec.ArityOK(int(argc)) {
+		switch spec.Name {
+		case "select":
+			if db, err := strconv.Atoi(string(args[1])); err == nil {
+				sl.act, sl.arg = actSelect, int64(db)
+			}
+			pauseAfter = true
+			s.opaqueDBUnknown = s.opaqueSend
+		case "reset":
+			sl.act = actReset
+			s.sendMulti = false
+			pauseAfter = true
+			s.opaqueDBUnknown = s.opaqueSend
+		case "multi":
+			sl.act = actMulti
+			s.sendMulti = true
+		case "exec", "discard":
+			sl.act = actExec
+			s.sendMulti = false
+		case "auth":
+			sl.act, sl.user = actAuth, "default"
+			if argc == 3 && args[1] != nil {
+				sl.user = string(args[1])
+			}
+		case "hello":
+			sl.act = actHello
+			sl.arg, sl.user = parseHello(args)
+		case "client|tracking":
+			sl.act = actTracking
+			if len(args) > 2 && eqFold(args[2], "on") {
+				sl.arg = 1
+			}
+		case "client|reply":
+			if len(args) > 2 && (eqFold(args[2], "off") || eqFold(args[2], "skip")) {
+				s.pushOpaque() // the replies that follow cannot be counted
+				s.effects(spec, args, argc, nil)
+				return decideForward
+			}
+		case "monitor":
+			s.pushOpaque()
+			return decideForward
+		case "config|set", "acl|setuser", "acl|deluser", "acl|load":
+			sl.act = actAuthRules
+		case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+			if s.sendMulti {
+				// Confirmations arrive inside EXEC's reply: stop counting then.
+				s.opaqueAfterExec = true
+				break
+			}
+			sl.kind = slotSub
+			sl.subKind = subKindOf(spec.Name)
+			sl.subLeft = int32(argc - 1)
+			if argc == 1 {
+				sl.subLeft = -1
+			}
+		}
+	}
+	s.effects(spec, args, argc, &sl)
+	if !s.opaqueSend {
+		s.queue(sl)
+		if sl.act == actExec && s.opaqueAfterExec {
+			s.opaqueAfterExec = false
+			s.pushOpaque()
+		}
+	}
+	s.loop.stats.forwarded.Add(1)
+	if pauseAfter && !s.opaqueSend {
+		s.paused = true
+	}
+	return decideForward
+}
+
+// effects applies what a forwarded command can do to cached data before it
+// is sent. sl is nil when no slot is queued (opaque mode), in which case
+// completion will not be observed.
+func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slot) {
+	cache := s.srv.cache
+	effect := command.EffectUnknown
+	if spec != nil {
+		effect = spec.Effect
+		if !spec.ArityOK(int(argc)) {
+			effect = command.EffectNone // Redis rejects it unexecuted
+		}
+	}
+	if effect == command.EffectKeys {
+		keys, ok := s.writtenKeys(spec, args, argc)
+		if !ok || s.opaqueDBUnknown {
+			effect = command.EffectUnknown
+		} else {
+			for _, k := range keys {
+				h := hotcache.Hash(k.db, k.key)
+				if s.opaqueSend {
+					cache.InvalidateBytes(k.db, h, k.key)
+					continue
+				}
+				s.writes.push(cache.BeginWrite(k.db, h, k.key))
+				sl.stripes++
+			}
+			return
+		}
+	}
+	if effect == command.EffectNone {
+		return
+	}
+	cache.Suspend()
+	if s.opaqueSend {
+		cache.Flush()
+		s.closeHolds++
+		return
+	}
+	if effect == command.EffectFlush {
+		sl.hold = holdFlush
+	} else {
+		sl.hold = holdFence
+	}
+}
+
+// writtenKeys resolves the keys a keyed write modifies. ok=false when some
+// key is not known (not captured).
+func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]commandKey, bool) {
+	if int64(len(args)) != argc {
+		return nil, false
+	}
+	refs, ok := spec.WrittenKeys(args, s.loop.refs[:0])
+	s.loop.refs = refs[:0]
+	if !ok {
+		return nil, false
+	}
+	keys := s.keysBuf[:0]
+	for _, r := range refs {
+		db := r.DB
+		if db == command.CurrentDB {
+			db = s.db
+		}
+		keys = append(keys, commandKey{db: db, key: args[r.Arg]})
+	}
+	s.keysBuf = keys[:0]
+	return keys, true
+}
+
+// onRead handles GET key and HGET key field: a local answer, a pause, or a
+// forward that may fill the cache. ok=false for any other request.
+func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
+	isField := false
+	switch {
+	case argc == 2 && len(args) == 2 && eqFold(args[0], "get") && args[1] != nil:
+	case argc == 3 && len(args) == 3 && eqFold(args[0], "hget") && args[1] != nil && args[2] != nil:
+		isField = true
+	default:
+		return 0, false
+	}
+	srv := s.srv
+	key := args[1]
+	var field []byte
+	if isField {
+		field = args[2]
+	}
+	h := hotcache.Hash(s.db, key)
+	dh := h
+	if isField {
+		dh = hotcache.FieldHash(h, field)
+	}
+	srv.det.Observe(s.loop.idx, dh)
+	if !s.canAnswer() {
+		return s.forwardRead(nil), true
+	}
+	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
+	if s.slots.len() > 0 {
+		if st == hotcache.Hit {
+			return decidePause, true // answer it once the replies before it are in
+		}
+		return s.forwardRead(nil), true
+	}
+	switch st {
+	case hotcache.Hit:
+		s.loop.out = append(s.loop.out, reply...)
+		s.loop.stats.hits.Add(1)
+		return decideLocal, true
+	case hotcache.Unproven:
+		return s.forwardRead(&readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField}), true
+	case hotcache.Miss:
+		if !srv.det.IsHot(dh) {
+			break
+		}
+		t, ok := srv.cache.BeginFill(h)
+		if !ok {
+			break
+		}
+		ri := &readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,
+			fill: true, ticket: t, sentAt: srv.cache.Now()}
+		s.forwardRead(ri)
+		s.queue(slot{kind: slotSwallow})
+		s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, key)
+		s.loop.stats.fillsTried.Add(1)
+		return decideInject, true
+	}
+	return s.forwardRead(nil), true
+}
+
+var pttl = []byte("PTTL")
+
+func (s *session) forwardRead(ri *readInfo) decision {
+	if !s.opaqueSend {
+		s.queue(slot{kind: slotReply, read: ri})
+	}
+	s.loop.stats.misses.Add(1)
+	s.loop.stats.forwarded.Add(1)
+	return decideForward
+}
+
+// parseHello returns the protocol version HELLO asks for (0 if none) and
+// the user of its AUTH option ("" if none).
+func parseHello(args [][]byte) (proto int64, user string) {
+	if len(args) < 2 || args[1] == nil {
+		return 0, ""
+	}
+	proto, _ = strconv.ParseInt(string(args[1]), 10, 64)
+	for i := 2; i < len(args); i++ {
+		switch {
+		case eqFold(args[i], "auth") && i+2 < len(args) && args[i+1] != nil:
+			user = string(args[i+1])
+			i += 2
+		case eqFold(args[i], "setname") && i+1 < len(args):
+			i++
+		}
+	}
+	return proto, user
+}
+
+func subKindOf(name string) subKind {
+	switch name {
+	case "psubscribe", "punsubscribe":
+		return subPattern
+	case "ssubscribe", "sunsubscribe":
+		return subShard
+	}
+	return subChannel
+}
+
+// eqFold reports whether b equals the lower-case ASCII word lower, ignoring
+// case.
+func eqFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

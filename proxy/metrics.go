@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+)
+
+// Metric descriptions. Names follow Prometheus conventions: base units,
+// _total for counters.
+var (
+	descHits = prometheus.NewDesc("cicada_cache_hits_total",
+		"GET and HGET requests answered from the hot cache.", nil, nil)
+	descMisses = prometheus.NewDesc("cicada_cache_misses_total",
+		"GET and HGET requests forwarded to Redis.", nil, nil)
+	descForwarded = prometheus.NewDesc("cicada_forwarded_requests_total",
+		"Requests of any kind forwarded to Redis.", nil, nil)
+	descFillsTried = prometheus.NewDesc("cicada_cache_fill_attempts_total",
+		"Misses on hot keys sent with a PTTL to fill the cache.", nil, nil)
+	descFills = prometheus.NewDesc("cicada_cache_fills_total",
+		"Replies stored in the cache.", nil, nil)
+	descEvictions = prometheus.NewDesc("cicada_cache_evictions_total",
+		"Cached replies dropped, by reason.", []string{"reason"}, nil)
+	descReplies = prometheus.NewDesc("cicada_cache_replies",
+		"Replies cached now (one per hot GET key or HGET field).", nil, nil)
+	descBytes = prometheus.NewDesc("cicada_cache_bytes",
+		"Bytes the cache holds now (keys, fields, replies and overhead).", nil, nil)
+	descSuspended = prometheus.NewDesc("cicada_cache_suspended",
+		"1 while the cache answers nothing (notifications down, or a write of unknown keys in flight).", nil, nil)
+	descConns = prometheus.NewDesc("cicada_client_connections",
+		"Client connections open now.", nil, nil)
+	descConnsTotal = prometheus.NewDesc("cicada_client_connections_total",
+		"Client connections accepted since start.", nil, nil)
+	descInflight = prometheus.NewDesc("cicada_inflight_requests",
+		"Forwarded requests awaiting their reply.", nil, nil)
+	descUpErrors = prometheus.NewDesc("cicada_upstream_errors_total",
+		"Upstream connections that could not be made and invalid replies from Redis.", nil, nil)
+	descSubUp = prometheus.NewDesc("cicada_keyspace_subscription_up",
+		"1 while the keyspace-notification subscription is established.", nil, nil)
+	descEvents = prometheus.NewDesc("cicada_keyspace_events_total",
+		"Keyspace notifications received.", nil, nil)
+	descSubConnects = prometheus.NewDesc("cicada_keyspace_subscriptions_total",
+		"Times the keyspace-notification subscription was established.", nil, nil)
+)
+
+// Collector exports the server's metrics to Prometheus. It reads the
+// per-loop counters at scrape time, so counting costs the hot path one
+// uncontended atomic add.
+func (srv *Server) Collector() prometheus.Collector { return collector{srv} }
+
+type collector struct{ srv *Server }
+
+// Describe implements prometheus.Collector.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills,
+		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descInflight,
+		descUpErrors, descSubUp, descEvents, descSubConnects} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	srv := c.srv
+	var hits, misses, fwd, tried, fills uint64
+	var inflight int64
+	for _, l := range srv.loopList() {
+		hits += l.stats.hits.Load()
+		misses += l.stats.misses.Load()
+		fwd += l.stats.forwarded.Load()
+		tried += l.stats.fillsTried.Load()
+		fills += l.stats.fills.Load()
+		inflight += l.stats.inflight.Load()
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(descHits, hits)
+	counter(descMisses, misses)
+	counter(descForwarded, fwd)
+	counter(descFillsTried, tried)
+	counter(descFills, fills)
+	st := srv.cache.Stats()
+	for _, r := range hotcache.Reasons() {
+		counter(descEvictions, st.Evicted[r], r.String())
+	}
+	gauge(descReplies, float64(st.Replies))
+	gauge(descBytes, float64(st.Bytes))
+	gauge(descSuspended, b2f(srv.cache.Suspended()))
+	gauge(descConns, float64(srv.conns.Load()))
+	counter(descConnsTotal, srv.connsTotal.Load())
+	gauge(descInflight, float64(inflight))
+	counter(descUpErrors, srv.upstreamErrors.Load())
+	gauge(descSubUp, b2f(srv.fencer.Ready()))
+	counter(descEvents, srv.fencer.Events())
+	counter(descSubConnects, srv.fencer.Reconnects())
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,381 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// onUpstreamTraffic frames Redis's replies, settles the slots they answer,
+// and passes every byte except Cicada's own PTTL replies to the client.
+func (s *session) onUpstreamTraffic() gnet.Action {
+	if s.gone {
+		return gnet.Close
+	}
+	buf, _ := s.up.Peek(-1)
+	l := s.loop
+	l.downv = l.downv[:0]
+	off, fwd := 0, 0 // bytes [fwd, off) go to the client
+	for off < len(buf) {
+		if s.opaqueRecv {
+			off = len(buf)
+			break
+		}
+		if !s.framer.InProgress() {
+			s.startFrame(buf[off])
+			if s.opaqueRecv {
+				continue
+			}
+			if s.swallowing && off > fwd {
+				l.downv = append(l.downv, buf[fwd:off])
+			}
+		}
+		n, done, err := s.framer.Feed(buf[off:])
+		if err != nil {
+			s.srv.log.Error("invalid reply from upstream; closing the connection",
+				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
+			s.srv.upstreamErrors.Add(1)
+			return gnet.Close
+		}
+		if s.capturing {
+			s.captureBytes(buf[off : off+n])
+		}
+		off += n
+		if s.swallowing {
+			fwd = off
+		}
+		if !done {
+			break
+		}
+		s.onFrame(s.framer.Frame())
+		s.swallowing, s.capturing = false, false
+	}
+	if off > fwd {
+		l.downv = append(l.downv, buf[fwd:off])
+	}
+	if len(l.downv) > 0 && !s.closed {
+		_, _ = s.client.Writev(l.downv)
+	}
+	_, _ = s.up.Discard(off)
+	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone {
+		s.paused = false
+		s.processClient()
+	}
+	return gnet.None
+}
+
+// startFrame looks at the first byte of a reply and the head slot to decide
+// whether the reply is swallowed or captured.
+func (s *session) startFrame(first byte) {
+	s.advance()
+	if s.opaqueRecv || s.slots.len() == 0 || first == resp.TypePush {
+		return
+	}
+	head := s.slots.front()
+	switch {
+	case head.kind == slotSwallow:
+		s.swallowing = true
+	case head.read != nil && head.read.fill:
+		s.capturing = true
+		s.overflow = false
+		s.capture = s.capture[:0]
+	}
+}
+
+// captureBytes keeps a copy of a fill reply, up to the largest cacheable
+// size.
+func (s *session) captureBytes(b []byte) {
+	if s.overflow {
+		return
+	}
+	if len(s.capture)+len(b) > s.srv.maxCapture {
+		s.overflow = true
+		return
+	}
+	s.capture = append(s.capture, b...)
+}
+
+// advance pops opaque slots that reached the head: from there on, replies
+// pass through unframed.
+func (s *session) advance() {
+	for s.slots.len() > 0 && s.slots.front().kind == slotOpaque {
+		s.dequeue()
+		s.opaqueRecv = true
+	}
+}
+
+// onFrame settles one complete reply from Redis.
+func (s *session) onFrame(fr *resp.Frame) {
+	v := &fr.Value
+	conf, isConf := subConfirmation(fr)
+	switch {
+	case v.Type == resp.TypePush:
+		// Pub/sub messages and invalidations belong to no request. In RESP3
+		// (un)subscribe confirmations are pushes too, and do answer one.
+		if !isConf {
+			return
+		}
+		s.countSubs(conf, fr)
+		if s.slots.len() == 0 || s.slots.front().kind != slotSub || s.slots.front().subKind != conf.family {
+			return
+		}
+		s.subReply(conf.family, true)
+	case s.proto == 2 && s.subscribed() && v.Type == resp.TypeArray && isMessage(fr.Elems[0].Head()):
+		return
+	case s.slots.len() == 0:
+		return // after a protocol error Redis answers what Cicada did not frame
+	case s.slots.front().kind == slotSub:
+		ok := isConf && v.Type == resp.TypeArray && conf.family == s.slots.front().subKind
+		if ok {
+			s.countSubs(conf, fr)
+		}
+		s.subReply(conf.family, ok)
+	case s.slots.front().kind == slotSwallow:
+		s.dequeue()
+		s.finishFill(fr)
+	default:
+		sl := s.dequeue()
+		s.complete(&sl, fr)
+	}
+	s.advance()
+}
+
+// subReply counts one reply to the (un)subscribe command at the head; a
+// reply that is not a confirmation (an error, +QUEUED) ends it.
+func (s *session) subReply(family subKind, confirmation bool) {
+	head := s.slots.front()
+	switch {
+	case !confirmation:
+	case head.subLeft < 0:
+		// Unsubscribe from all: Redis confirms each subscription it drops
+		// (or once, when there was none); the last leaves the count at 0.
+		if s.subs[family] > 0 {
+			return
+		}
+	default:
+		head.subLeft--
+		if head.subLeft > 0 {
+			return
+		}
+	}
+	s.dequeue()
+}
+
+// complete applies the effects of the reply to a forwarded request.
+func (s *session) complete(sl *slot, fr *resp.Frame) {
+	v := &fr.Value
+	failed := v.Type == resp.TypeError || v.Type == resp.TypeBulkError
+	queued := v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
+	if !failed && !queued {
+		s.confirm(sl)
+	}
+	if queued {
+		for ; sl.stripes > 0; sl.stripes-- {
+			s.multiStripes = append(s.multiStripes, s.writes.pop())
+		}
+		if sl.hold != holdNone {
+			s.multiHolds = append(s.multiHolds, sl.hold)
+		}
+		return
+	}
+	s.releaseWrites(sl.stripes)
+	s.releaseHold(sl.hold)
+	if sl.read != nil && !failed {
+		s.readReplied(sl.read, fr)
+	}
+}
+
+var queuedReply = []byte("QUEUED")
+
+// releaseHold ends a cache suspension taken when the request was sent.
+func (s *session) releaseHold(h hold) {
+	switch h {
+	case holdFence:
+		s.srv.fencer.Fence()
+	case holdFlush:
+		s.srv.cache.Flush()
+		s.srv.cache.Resume()
+	}
+}
+
+// confirm applies the connection state change of a successful reply.
+func (s *session) confirm(sl *slot) {
+	srv := s.srv
+	switch sl.act {
+	case actSelect:
+		s.db = int(sl.arg)
+	case actAuth:
+		s.ident = srv.ids.user(sl.user)
+	case actHello:
+		if sl.arg != 0 {
+			s.proto = int(sl.arg)
+		}
+		if sl.user != "" {
+			s.ident = srv.ids.user(sl.user)
+		}
+	case actReset:
+		s.endMulti()
+		s.db, s.proto, s.ident = 0, 2, srv.ids.fresh()
+		s.tracking = false
+		s.subs = [3]int64{}
+	case actMulti:
+		s.multi = true
+	case actExec:
+		s.endMulti()
+	case actTracking:
+		s.tracking = sl.arg == 1
+	case actAuthRules:
+		srv.ids.rulesChanged()
+		srv.cache.Flush()
+	}
+}
+
+// endMulti releases the writes queued in a transaction: it ran (EXEC) or
+// was dropped (DISCARD, RESET).
+func (s *session) endMulti() {
+	s.multi = false
+	for _, st := range s.multiStripes {
+		s.srv.cache.EndWrite(st)
+	}
+	for _, h := range s.multiHolds {
+		s.releaseHold(h)
+	}
+	s.multiStripes, s.multiHolds = s.multiStripes[:0], s.multiHolds[:0]
+}
+
+// readReplied handles the reply to a GET/HGET Cicada follows: a proof of
+// permission for a cached reply, or the first half of a fill.
+func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
+	v := &fr.Value
+	isValue := !fr.Attr && (v.Type == resp.TypeBulk || v.Type == resp.TypeNull)
+	if !isValue {
+		return
+	}
+	if !ri.fill {
+		s.srv.cache.AddReader(ri.db, ri.h, ri.key, ri.field, ri.isField, s.ident)
+		return
+	}
+	if s.overflow {
+		return
+	}
+	ri.isNil = v.Null
+	if !v.Null {
+		ri.reply = append(ri.reply[:0], s.capture...)
+		ri.valueLen = int(v.Len)
+	}
+	s.pendingFill = ri
+}
+
+// finishFill takes the PTTL reply that follows a fill GET/HGET and caches
+// the reply if the key's TTL allows.
+func (s *session) finishFill(fr *resp.Frame) {
+	ri := s.pendingFill
+	s.pendingFill = nil
+	if ri == nil || fr.Value.Type != resp.TypeInteger {
+		return
+	}
+	ttl, ok := atoi(fr.Value.Head())
+	if !ok {
+		return
+	}
+	var expireAt int64
+	switch {
+	case ttl == -2:
+		if !ri.isNil {
+			return // deleted in between: no consistent pair
+		}
+	case ttl == -1:
+	case ttl >= 0:
+		expireAt = ri.sentAt + ttl*1e6
+	default:
+		return
+	}
+	if ttl != -2 && ri.isNil {
+		return // created in between
+	}
+	req := hotcache.FillRequest{DB: ri.db, Hash: ri.h, Key: ri.key, Field: ri.field, IsField: ri.isField,
+		ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: s.ident}
+	if !ri.isNil {
+		req.Reply = ri.reply
+	}
+	if s.srv.cache.Fill(ri.ticket, req) {
+		s.loop.stats.fills.Add(1)
+	}
+}
+
+// subConfirmation recognizes a (un)subscribe confirmation by its first
+// element.
+type subConf struct{ family subKind }
+
+func subConfirmation(fr *resp.Frame) (subConf, bool) {
+	if fr.Value.Len != 3 {
+		return subConf{}, false
+	}
+	switch string(fr.Elems[0].Head()) {
+	case "subscribe":
+		return subConf{subChannel}, true
+	case "unsubscribe":
+		return subConf{subChannel}, true
+	case "psubscribe":
+		return subConf{subPattern}, true
+	case "punsubscribe":
+		return subConf{subPattern}, true
+	case "ssubscribe":
+		return subConf{subShard}, true
+	case "sunsubscribe":
+		return subConf{subShard}, true
+	}
+	return subConf{}, false
+}
+
+func isMessage(kind []byte) bool {
+	switch string(kind) {
+	case "message", "pmessage", "smessage":
+		return true
+	}
+	return false
+}
+
+// countSubs tracks subscriptions from a confirmation's count: for channels
+// and patterns Redis reports their sum after the command, for shard
+// channels their own count.
+func (s *session) countSubs(k subConf, fr *resp.Frame) {
+	n, ok := atoi(fr.Elems[2].Head())
+	if !ok || fr.Elems[2].Type != resp.TypeInteger {
+		return
+	}
+	if k.family == subShard {
+		s.subs[2] = n
+		return
+	}
+	delta := n - (s.subs[0] + s.subs[1])
+	s.subs[k.family] += delta
+	if s.subs[k.family] < 0 {
+		s.subs[k.family] = 0
+	}
+}
+
+func atoi(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}

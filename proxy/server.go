@@ -1,0 +1,342 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/command"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// Errors returned by New and Run.
+var (
+	ErrLoops    = errors.New("proxy: loops must be between 1 and the detector's loop count")
+	ErrListen   = errors.New("proxy: listen address is empty")
+	ErrUpstream = errors.New("proxy: upstream address is empty")
+	ErrStarted  = errors.New("proxy: server already started")
+)
+
+// Notifications is what the proxy needs from the keyspace-notification
+// subscriber (hotcache/keyspace.Subscriber implements it). All methods are
+// safe from any goroutine and never block.
+type Notifications interface {
+	// Fence releases one cache suspension once every notification of
+	// writes already answered by Redis has been applied.
+	Fence()
+	// MaxBulkLen is Redis's proto-max-bulk-len in bytes, 0 if unknown.
+	MaxBulkLen() int64
+	// Ready reports whether notifications are flowing (the cache may answer).
+	Ready() bool
+	// Events is the count of keyspace notifications received.
+	Events() uint64
+	// Reconnects is how many times the subscription was (re)established.
+	Reconnects() uint64
+}
+
+// Config configures a Server.
+type Config struct {
+	// Listen is the client address, "host:port" (":6380").
+	Listen string
+	// Upstream is Redis's address, "host:port".
+	Upstream string
+	// Loops is the number of gnet event loops, >= 1 and at most the
+	// detector's Loops().
+	Loops int
+	// DialTimeout bounds the upstream connection attempt made for each
+	// client; 0 means 2 s.
+	DialTimeout time.Duration
+	// QueryBufferLimit is how many bytes a client may have buffered in
+	// Cicada (unparsed, or waiting behind a paused request) before it is
+	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
+	QueryBufferLimit int64
+	// MaxValue is the cache's largest value in bytes (to size the fill
+	// capture).
+	MaxValue int
+	// SweepInterval is how often cold and expired replies are dropped;
+	// 0 means 250 ms.
+	SweepInterval time.Duration
+	// Logger receives state changes; nil means no logging.
+	Logger *zap.Logger
+}
+
+// Server is the proxy: a gnet engine plus the shared cache, detector and
+// notification subscriber.
+type Server struct {
+	gnet.BuiltinEventEngine
+
+	cfg        Config
+	cache      *hotcache.Cache
+	det        *detector.Detector
+	fencer     Notifications
+	ids        *identities
+	log        *zap.Logger
+	dialer     net.Dialer
+	maxCapture int
+
+	started  atomic.Bool
+	draining atomic.Bool
+	booted   chan struct{}
+	engine   gnet.Engine // set in OnBoot, before booted is closed
+
+	loopsMu sync.Mutex // guards the following
+	loops   map[gnet.EventLoop]*loopState
+	order   []*loopState
+
+	conns          atomic.Int64 // client connections open
+	connsTotal     atomic.Uint64
+	upstreamErrors atomic.Uint64 // failed dials and invalid replies
+}
+
+// loopState is per-event-loop scratch and statistics. Scratch fields are
+// used only by the loop's goroutine; stats are atomics read by metrics.
+type loopState struct {
+	idx    int
+	out    []byte   // local answers of the current batch
+	upv    [][]byte // bytes to forward upstream
+	downv  [][]byte // reply bytes to pass to the client
+	inject []byte   // Cicada's PTTL for a fill
+	refs   []command.KeyRef
+	stats  *loopStats
+}
+
+// loopStats are counters owned by one loop (the only writer), padded so
+// loops do not share cache lines.
+type loopStats struct {
+	_          [64]byte
+	hits       atomic.Uint64 // GET/HGET answered locally
+	misses     atomic.Uint64 // GET/HGET forwarded
+	forwarded  atomic.Uint64 // requests forwarded
+	fillsTried atomic.Uint64 // fills started (PTTL sent)
+	fills      atomic.Uint64 // fills kept
+	inflight   atomic.Int64  // requests awaiting a reply
+	_          [64]byte
+}
+
+// New returns a server over the shared cache, detector and fencer.
+func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notifications) (*Server, error) {
+	switch {
+	case cfg.Loops < 1 || cfg.Loops > det.Loops():
+		return nil, ErrLoops
+	case cfg.Listen == "":
+		return nil, ErrListen
+	case cfg.Upstream == "":
+		return nil, ErrUpstream
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.QueryBufferLimit <= 0 {
+		cfg.QueryBufferLimit = 1 << 30
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Server{
+		cfg:        cfg,
+		cache:      cache,
+		det:        det,
+		fencer:     fencer,
+		ids:        newIdentities(),
+		log:        cfg.Logger,
+		dialer:     net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
+		maxCapture: cfg.MaxValue + 32,
+		booted:     make(chan struct{}),
+		loops:      map[gnet.EventLoop]*loopState{},
+	}, nil
+}
+
+// Run serves clients until Shutdown; it blocks. It also drives the
+// detector's window and the cache's sweep.
+func (srv *Server) Run() error {
+	if srv.started.Swap(true) {
+		return ErrStarted
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv.janitor(stop)
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	err := gnet.Run(srv, "tcp://"+srv.cfg.Listen,
+		gnet.WithNumEventLoop(srv.cfg.Loops),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithTCPKeepAlive(time.Minute),
+		gnet.WithLogger(srv.log.Sugar()),
+	)
+	if err != nil {
+		select {
+		case <-srv.booted:
+		default:
+			close(srv.booted)
+		}
+		return fmt.Errorf("proxy: serve %s: %w", srv.cfg.Listen, err)
+	}
+	return nil
+}
+
+// Booted is closed once the listener is up (or Run failed).
+func (srv *Server) Booted() <-chan struct{} { return srv.booted }
+
+// janitor advances the detector every sub-window and sweeps the cache.
+func (srv *Server) janitor(stop <-chan struct{}) {
+	tick := time.NewTicker(detector.Window / detector.SubWindows)
+	defer tick.Stop()
+	lastSweep := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			srv.det.Advance(now)
+			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
+				lastSweep = now
+				srv.cache.Sweep(srv.det.IsCold)
+			}
+		}
+	}
+}
+
+// Shutdown stops accepting clients, waits (bounded by ctx) until no
+// forwarded request awaits its reply, then closes every connection.
+func (srv *Server) Shutdown(ctx context.Context) error {
+	srv.draining.Store(true)
+	<-srv.booted
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+wait:
+	for srv.inflight() > 0 {
+		select {
+		case <-ctx.Done():
+			srv.log.Warn("shutdown timeout: closing connections with replies outstanding", zap.Int64("requests", srv.inflight()))
+			break wait
+		case <-poll.C:
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.engine.Stop(stopCtx)
+}
+
+func (srv *Server) inflight() int64 {
+	var n int64
+	for _, l := range srv.loopList() {
+		n += l.stats.inflight.Load()
+	}
+	return n
+}
+
+// OnBoot records the engine. Runs before the loops start.
+func (srv *Server) OnBoot(eng gnet.Engine) gnet.Action {
+	srv.engine = eng
+	close(srv.booted)
+	srv.log.Info("listening", zap.String("addr", srv.cfg.Listen), zap.String("upstream", srv.cfg.Upstream), zap.Int("loops", srv.cfg.Loops))
+	return gnet.None
+}
+
+// loopFor returns the state of event loop el, creating it on first use.
+func (srv *Server) loopFor(el gnet.EventLoop) *loopState {
+	srv.loopsMu.Lock()
+	defer srv.loopsMu.Unlock()
+	l, ok := srv.loops[el]
+	if !ok {
+		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}}
+		srv.loops[el] = l
+		srv.order = append(srv.order, l)
+	}
+	return l
+}
+
+func (srv *Server) loopList() []*loopState {
+	srv.loopsMu.Lock()
+	defer srv.loopsMu.Unlock()
+	return append([]*loopState(nil), srv.order...)
+}
+
+// OnOpen starts a session for a client (dialing Redis off the loop) or links
+// an enrolled upstream connection to its session.
+func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if u, ok := c.Context().(*upstreamLink); ok {
+		return nil, u.s.onUpstreamOpen(c)
+	}
+	if srv.draining.Load() {
+		return nil, gnet.Close
+	}
+	maxBulk := srv.fencer.MaxBulkLen()
+	s := &session{
+		srv:    srv,
+		loop:   srv.loopFor(c.EventLoop()),
+		client: c,
+		parser: resp.NewRequestParser(maxBulk),
+		proto:  2,
+		ident:  srv.ids.fresh(),
+	}
+	s.upLink = &upstreamLink{s: s}
+	c.SetContext(s)
+	srv.conns.Add(1)
+	srv.connsTotal.Add(1)
+	el := c.EventLoop()
+	go srv.dial(s, el)
+	return nil, gnet.None
+}
+
+// dial connects the session's upstream and enrolls it on the client's
+// loop. Runs on its own goroutine: never dial on a loop.
+func (srv *Server) dial(s *session, el gnet.EventLoop) {
+	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
+	if err == nil {
+		var ch <-chan gnet.RegisteredResult
+		ch, err = el.Enroll(gnet.NewContext(context.Background(), s.upLink), nc)
+		if err == nil {
+			if r := <-ch; r.Err == nil {
+				return
+			} else {
+				err = r.Err
+			}
+		} else {
+			_ = nc.Close()
+		}
+	}
+	srv.upstreamErrors.Add(1)
+	srv.log.Debug("upstream connection failed; closing client", zap.Error(err))
+	// Close is safe from any goroutine; a client of a Redis that is down
+	// sees its connection closed.
+	_ = s.client.Close()
+}
+
+// OnTraffic dispatches to the client or upstream side of a session.
+func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
+	switch v := c.Context().(type) {
+	case *session:
+		return v.onClientTraffic()
+	case *upstreamLink:
+		return v.s.onUpstreamTraffic()
+	}
+	return gnet.Close
+}
+
+// OnClose tears down the session of either side.
+func (srv *Server) OnClose(c gnet.Conn, _ error) gnet.Action {
+	switch v := c.Context().(type) {
+	case *session:
+		srv.conns.Add(-1)
+		v.onClientClose()
+	case *upstreamLink:
+		v.s.onUpstreamClose()
+	}
+	return gnet.None
+}

@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// slotKind says how a queued request's replies are consumed.
+type slotKind uint8
+
+const (
+	slotReply   slotKind = iota // one reply, forwarded to the client
+	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
+	slotSwallow                 // Cicada's own PTTL after a fill GET: not forwarded
+	slotOpaque                  // from here on, replies pass through unframed
+)
+
+// action is the connection state change a reply confirms.
+type action uint8
+
+const (
+	actNone      action = iota
+	actSelect           // arg = db
+	actAuth             // user = user name
+	actHello            // arg = protocol (0: unchanged); user = user name when AUTH was given
+	actReset            // RESET
+	actMulti            // MULTI
+	actExec             // EXEC or DISCARD: queued writes end
+	actTracking         // CLIENT TRACKING; arg = 1 on, 0 off
+	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
+)
+
+// hold is a cache suspension a slot keeps until its reply.
+type hold uint8
+
+const (
+	holdNone  hold = iota
+	holdFence      // release through a notification fence (writes of unknown keys)
+	holdFlush      // flush the cache, then release (FLUSHALL, FLUSHDB, SWAPDB, ...)
+)
+
+// slot is one forwarded request waiting for its reply.
+type slot struct {
+	kind    slotKind
+	act     action
+	hold    hold
+	subKind subKind
+	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
+	stripes int32 // write stripes to release (front of session.stripes)
+	arg     int64
+	user    string
+	read    *readInfo // GET/HGET bookkeeping, rare
+}
+
+// readInfo follows a forwarded GET/HGET whose reply Cicada wants: a fill
+// (the key is hot and not cached) or a proof that this identity may read a
+// cached reply.
+type readInfo struct {
+	db      int
+	h       uint64
+	key     []byte
+	field   []byte
+	isField bool
+	fill    bool
+	ticket  hotcache.Ticket
+	sentAt  int64
+	// Set when the GET/HGET reply arrived and the PTTL reply is awaited.
+	reply    []byte
+	isNil    bool
+	valueLen int
+}
+
+// session is one client connection and its upstream connection. Owned by
+// the event loop of both.
+type session struct {
+	srv    *Server
+	loop   *loopState
+	client gnet.Conn
+	up     gnet.Conn // nil until the upstream connection is enrolled
+	closed bool      // the client connection is closed (or closing)
+	gone   bool      // both sides are being torn down; release done
+	upLink *upstreamLink
+
+	parser *resp.RequestParser
+	framer resp.ReplyFramer
+	slots  ring[slot]
+	writes ring[uint32] // stripes of forwarded writes, in slot order
+
+	// Connection state as Redis confirmed it (replies processed so far).
+	db       int
+	proto    int
+	ident    uint32
+	multi    bool
+	tracking bool
+	subs     [3]int64 // channels, patterns, shard channels
+
+	// Send side.
+	sendMulti       bool // MULTI sent, EXEC/DISCARD/RESET not yet sent
+	opaqueSend      bool // an opaque slot is queued: no local answers, no bookkeeping
+	opaqueRecv      bool // the opaque slot was reached: replies pass unframed
+	rawRequests     bool // a protocol error: client bytes pass unparsed
+	opaqueAfterExec bool // a subscribe command was queued in MULTI
+	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
+	paused          bool // parsing waits until every reply is in
+
+	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
+	multiStripes []uint32
+	multiHolds   []hold
+	// Suspensions held until the connection closes (writes of unknown
+	// keys in opaque mode).
+	closeHolds int
+
+	// Reply side, per frame.
+	swallowing bool
+	capturing  bool
+	capture    []byte
+	overflow   bool
+	keysBuf    []commandKey
+	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
+	pendingFill *readInfo
+}
+
+// queue appends a slot; every queued slot counts in the loop's in-flight
+// gauge until dequeue.
+func (s *session) queue(sl slot) {
+	s.slots.push(sl)
+	s.loop.stats.inflight.Add(1)
+}
+
+// dequeue removes the head slot.
+func (s *session) dequeue() slot {
+	s.loop.stats.inflight.Add(-1)
+	return s.slots.pop()
+}
+
+// upstreamLink is the gnet context of an upstream connection.
+type upstreamLink struct{ s *session }
+
+// canAnswer reports whether confirmed state lets Cicada answer a GET/HGET
+// locally. Only meaningful when no reply is outstanding.
+func (s *session) canAnswer() bool {
+	return !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests &&
+		!(s.proto == 2 && s.subscribed())
+}
+
+func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }
+
+// onClientTraffic parses what the client sent and answers or forwards it.
+func (s *session) onClientTraffic() gnet.Action {
+	if s.closed {
+		return gnet.Close
+	}
+	if int64(s.client.InboundBuffered()) > s.srv.cfg.QueryBufferLimit {
+		s.srv.log.Warn("closing client that reached max query buffer length",
+			zap.String("client", s.client.RemoteAddr().String()), zap.Int("bytes", s.client.InboundBuffered()))
+		return gnet.Close
+	}
+	if s.up == nil || s.paused {
+		return gnet.None // bytes stay buffered in gnet until we can use them
+	}
+	s.processClient()
+	if s.closed {
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// processClient handles every complete request in the client's buffer
+// until it is empty, a request is incomplete, or parsing pauses.
+func (s *session) processClient() {
+	c := s.client
+	buf, _ := c.Peek(-1)
+	if len(buf) == 0 {
+		return
+	}
+	l := s.loop
+	l.out = l.out[:0]
+	l.upv = l.upv[:0]
+	off, fwd := 0, 0 // bytes [fwd, off) are to be forwarded
+	if s.rawRequests {
+		off = len(buf)
+	}
+	for off < len(buf) && !s.paused {
+		n, r := s.parser.Parse(buf[off:])
+		switch r {
+		case resp.NeedMore:
+			off += n // a streamed command's bytes: forwarded
+		case resp.Empty:
+			if fwd == off {
+				fwd += n // nothing pending: drop the no-op bytes
+			}
+			off += n
+			continue
+		case resp.ProtocolError:
+			s.protocolError()
+			off = len(buf) // Redis sees the same bytes and replies and closes
+		case resp.Complete:
+			switch s.onCommand(n) {
+			case decidePause:
+				s.paused = true
+				continue
+			case decideLocal:
+				off += n
+				fwd = off
+				continue
+			case decideInject:
+				off += n
+				l.upv = append(l.upv, buf[fwd:off], s.loop.inject)
+				fwd = off
+				continue
+			}
+			off += n
+			continue
+		}
+		break
+	}
+	if off > fwd {
+		l.upv = append(l.upv, buf[fwd:off])
+	}
+	s.flushOut()
+	if len(l.upv) > 0 && !s.gone {
+		if _, err := s.up.Writev(l.upv); err != nil {
+			s.srv.log.Debug("upstream write failed", zap.Error(err))
+		}
+	}
+	if !s.closed {
+		_, _ = c.Discard(off)
+	}
+}
+
+// flushOut writes the loop's pending local answers to the client.
+func (s *session) flushOut() {
+	l := s.loop
+	if len(l.out) > 0 && !s.closed {
+		_, _ = s.client.Write(l.out)
+	}
+	l.out = l.out[:0]
+}
+
+// protocolError handles a request Redis will reject with a protocol error:
+// its bytes and everything after go to Redis unparsed (Redis replies and
+// closes the connection) and the cache stays suspended until this
+// connection is gone, since Cicada can no longer see its writes.
+func (s *session) protocolError() {
+	s.rawRequests = true
+	s.pushOpaque()
+	s.srv.cache.Suspend()
+	s.closeHolds++
+}
+
+// pushOpaque queues the point after which replies pass unframed.
+func (s *session) pushOpaque() {
+	s.opaqueSend = true
+	s.queue(slot{kind: slotOpaque})
+	s.advance()
+}
+
+// onUpstreamOpen links the enrolled upstream connection to the session.
+func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
+	if s.closed {
+		return gnet.Close
+	}
+	s.up = c
+	s.processClient()
+	return gnet.None
+}
+
+// onClientClose tears the session down after the client went away.
+func (s *session) onClientClose() {
+	s.closed = true
+	if s.up != nil && !s.gone {
+		_ = s.up.Close()
+	}
+	s.release()
+}
+
+// onUpstreamClose tears the session down after Redis closed the connection
+// (QUIT, CLIENT KILL, a restart): the client sees the same close.
+func (s *session) onUpstreamClose() {
+	if !s.closed {
+		s.closed = true
+		_ = s.client.Close()
+	}
+	s.release()
+}
+
+// release gives back everything the session holds in shared state: write
+// stripes, cache suspensions. A write still in flight may yet execute; its
+// keyspace notification then evicts like any write from outside Cicada.
+func (s *session) release() {
+	if s.gone {
+		return
+	}
+	s.gone = true
+	cache := s.srv.cache
+	for s.slots.len() > 0 {
+		sl := s.dequeue()
+		s.releaseWrites(sl.stripes)
+		if sl.hold != holdNone {
+			cache.Flush()
+			cache.Resume()
+		}
+	}
+	for _, st := range s.multiStripes {
+		cache.EndWrite(st)
+	}
+	for range s.multiHolds {
+		cache.Flush()
+		cache.Resume()
+	}
+	for ; s.closeHolds > 0; s.closeHolds-- {
+		cache.Flush()
+		cache.Resume()
+	}
+	s.multiStripes, s.multiHolds = nil, nil
+}
+
+// releaseWrites ends the n oldest in-flight writes.
+func (s *session) releaseWrites(n int32) {
+	for ; n > 0; n-- {
+		s.srv.cache.EndWrite(s.writes.pop())
+	}
+}
