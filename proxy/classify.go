@@ -40,6 +40,16 @@ func (s *session) onCommand(n int) decision {
 	if d, ok := s.onRead(args, argc); ok {
 		return d
 	}
+	if len(args) > 0 && eqFold(args[0], "quit") {
+		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
+		// then closes: it reads nothing after it.
+		s.quit = true
+		if !s.opaqueSend {
+			s.queue(slot{kind: slotReply})
+		}
+		s.loop.stats.forwarded.Add(1)
+		return decideForward
+	}
 	spec := command.Resolve(args)
 	sl := slot{kind: slotReply}
 	pauseAfter := false
@@ -206,16 +216,20 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		dh = hotcache.FieldHash(h, field)
 	}
 	srv.det.Observe(s.loop.idx, dh)
+	if s.slots.len() > 0 {
+		// Answer it once the replies before it are in, if it is cached and
+		// nothing sent so far rules a local answer out.
+		if !s.sendMulti && !s.opaqueSend && !s.rawRequests {
+			if _, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto); st == hotcache.Hit {
+				return decidePause, true
+			}
+		}
+		return s.forwardRead(nil), true
+	}
 	if !s.canAnswer() {
 		return s.forwardRead(nil), true
 	}
 	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
-	if s.slots.len() > 0 {
-		if st == hotcache.Hit {
-			return decidePause, true // answer it once the replies before it are in
-		}
-		return s.forwardRead(nil), true
-	}
 	switch st {
 	case hotcache.Hit:
 		s.loop.out = append(s.loop.out, reply...)

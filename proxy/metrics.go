@@ -105,3 +105,13 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// Hits returns the GET/HGET requests answered locally since start, summed
+// over the loops. Safe from any goroutine.
+func (srv *Server) Hits() uint64 {
+	var n uint64
+	for _, l := range srv.loopList() {
+		n += l.stats.hits.Load()
+	}
+	return n
+}

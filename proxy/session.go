@@ -105,6 +105,7 @@ type session struct {
 	opaqueAfterExec bool // a subscribe command was queued in MULTI
 	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool // parsing waits until every reply is in
+	quit            bool // QUIT was sent: later bytes are dropped, as Redis does
 
 	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
 	multiStripes []uint32
@@ -183,7 +184,7 @@ func (s *session) processClient() {
 	if s.rawRequests {
 		off = len(buf)
 	}
-	for off < len(buf) && !s.paused {
+	for off < len(buf) && !s.paused && !s.quit {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -219,6 +220,9 @@ func (s *session) processClient() {
 	}
 	if off > fwd {
 		l.upv = append(l.upv, buf[fwd:off])
+	}
+	if s.quit {
+		off = len(buf)
 	}
 	s.flushOut()
 	if len(l.upv) > 0 && !s.gone {

@@ -70,11 +70,21 @@ func FreePort(t testing.TB) int {
 // It fails the test after 3 attempts or 10 s.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	return StartPort(t, 0, args...)
+}
+
+// StartPort is Start on a given port (0: a free one, retried on a bind
+// race). For tests that need the address before the server runs.
+func StartPort(t testing.TB, fixed int, args ...string) *Server {
+	t.Helper()
 	bin := Require(t)
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port := FreePort(t)
+		port := fixed
+		if port == 0 {
+			port = FreePort(t)
+		}
 		full := append([]string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",

@@ -1,0 +1,106 @@
+// Package cicadatest runs a Cicada in the test process, in front of a
+// redis-server the test started (see redistest), on a free loopback port.
+package cicadatest
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotcache/keyspace"
+	"github.com/cicada-proxy/cicada/proxy"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// Options tune a test Cicada; zero values take the defaults noted.
+type Options struct {
+	HotThreshold uint32 // ops/s; default 1, so a key is hot from its first read
+	Loops        int    // default 2
+	Capacity     int    // cached replies; default 10000
+	MaxValue     int    // bytes; default 65536
+	Username     string // for Cicada's own connections
+	Password     string
+	// NoWait skips waiting for the notification subscription (for tests
+	// of an upstream that is down).
+	NoWait bool
+}
+
+// Proxy is a running Cicada. Fields are read-only.
+type Proxy struct {
+	Addr   string // client address
+	Server *proxy.Server
+	Cache  *hotcache.Cache
+	Det    *detector.Detector
+	Sub    *keyspace.Subscriber
+}
+
+// Start runs Cicada in front of upstream until the test ends.
+func Start(t testing.TB, upstream string, o Options) *Proxy {
+	t.Helper()
+	if o.HotThreshold == 0 {
+		o.HotThreshold = 1
+	}
+	if o.Loops == 0 {
+		o.Loops = 2
+	}
+	if o.Capacity == 0 {
+		o.Capacity = 10000
+	}
+	if o.MaxValue == 0 {
+		o.MaxValue = 65536
+	}
+	log := zaptest.NewLogger(t)
+	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue})
+	if err != nil {
+		t.Fatalf("hotcache.New: %v", err)
+	}
+	det, err := detector.New(detector.Config{Threshold: o.HotThreshold, Loops: o.Loops}, time.Now())
+	if err != nil {
+		t.Fatalf("detector.New: %v", err)
+	}
+	sub := keyspace.New(keyspace.Config{Addr: upstream, Username: o.Username, Password: o.Password,
+		Configure: true, DialTimeout: time.Second, CheckInterval: 200 * time.Millisecond, Logger: log.Named("keyspace")}, cache)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
+	srv, err := proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
+		MaxValue: o.MaxValue, Logger: log.Named("proxy")}, cache, det, sub)
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	subDone := make(chan struct{})
+	go func() { defer close(subDone); _ = sub.Run(ctx) }()
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run() }()
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+		<-runErr
+		cancel()
+		<-subDone
+	})
+	<-srv.Booted()
+	p := &Proxy{Addr: addr, Server: srv, Cache: cache, Det: det, Sub: sub}
+	if !o.NoWait {
+		p.WaitReady(t)
+	}
+	return p
+}
+
+// WaitReady waits up to 10 s for the notification subscription.
+func (p *Proxy) WaitReady(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.Sub.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("keyspace subscription not ready after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
