@@ -77,9 +77,11 @@ func (s *session) onCommand(n int) decision {
 			if argc == 3 && args[1] != nil {
 				sl.user = string(args[1])
 			}
+			pauseAfter = true // the identity for what follows is Redis's answer
 		case "hello":
 			sl.act = actHello
 			sl.arg, sl.user = parseHello(args)
+			pauseAfter = true
 		case "client|tracking":
 			sl.act = actTracking
 			if len(args) > 2 && eqFold(args[2], "on") {

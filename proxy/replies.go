@@ -294,8 +294,8 @@ func (s *session) finishFill(fr *resp.Frame) {
 	default:
 		return
 	}
-	if ttl != -2 && ri.isNil {
-		return // created in between
+	if ttl != -2 && ri.isNil && !ri.isField {
+		return // GET said absent, PTTL present: created in between
 	}
 	req := hotcache.FillRequest{DB: ri.db, Hash: ri.h, Key: ri.key, Field: ri.field, IsField: ri.isField,
 		ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: s.ident}

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+)
+
+// TestRequirePass: with requirepass, a cached value never reaches a
+// connection before AUTH or after RESET, and the replies are Redis's.
+func TestRequirePass(t *testing.T) {
+	args := []string{"--requirepass", "s3cret"}
+	p := newPair(t, args, cicadatest.Options{Password: "s3cret"})
+	for _, srv := range []string{p.direct.Addr, p.behind.Addr} {
+		rc := redis.NewClient(&redis.Options{Addr: srv, Password: "s3cret", DisableIdentity: true})
+		mustDo(t, rc, "SET", "hot", "secret-value")
+		rc.Close()
+	}
+	authed := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Password: "s3cret", DisableIdentity: true})
+	defer authed.Close()
+	warmKey(t, p.proxy, authed, "GET", "hot")
+	before := hits(p.proxy)
+	p.compare(t, send(cmds(
+		[]string{"GET", "hot"}, []string{"HGET", "hot", "f"}, []string{"AUTH", "wrong"}, []string{"GET", "hot"},
+		[]string{"AUTH", "s3cret"}, []string{"GET", "hot"}, []string{"AUTH", "wrong"}, []string{"GET", "hot"},
+		[]string{"RESET"}, []string{"GET", "hot"}, []string{"HELLO", "3", "AUTH", "default", "s3cret"}, []string{"GET", "hot"},
+	)))
+	// 10,000 unauthenticated reads of the hot key, 100 per pipeline (Redis
+	// closes an unauthenticated client whose replies pile up): every one
+	// refused with Redis's exact reply.
+	c, err := net.Dial("tcp", p.proxy.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	batch := strings.Repeat(cmd("GET", "hot"), 100)
+	for range 100 {
+		if _, err := c.Write([]byte(batch)); err != nil {
+			t.Fatal(err)
+		}
+		expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 100))
+	}
+	if hits(p.proxy) == before {
+		t.Error("the authenticated reads were not answered from the cache")
+	}
+}
+
+// TestACLKeyPatterns: a user whose key patterns exclude a cached key gets
+// Redis's -NOPERM, not the value; a user allowed to read it gets hits.
+func TestACLKeyPatterns(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	p.both(t, "ACL", "SETUSER", "alice", "on", ">pw", "~public:*", "+@all")
+	p.both(t, "ACL", "SETUSER", "bob", "on", ">pw", "~*", "+@all", "-get")
+	p.both(t, "SET", "secret", "classified")
+	p.both(t, "SET", "public:x", "open")
+	p.warm(t, "GET", "secret")
+	p.warm(t, "GET", "public:x")
+	got := p.compare(t, send(cmds(
+		[]string{"AUTH", "alice", "pw"}, []string{"GET", "secret"}, []string{"GET", "public:x"}, []string{"GET", "public:x"},
+		[]string{"AUTH", "bob", "pw"}, []string{"GET", "public:x"}, []string{"GET", "secret"},
+		[]string{"AUTH", "default", "nopass-is-fine"}, []string{"GET", "secret"},
+	)))
+	if strings.Contains(string(got[:strings.Index(string(got), "-NOPERM this user has no permissions to run the 'get'")]), "classified") {
+		t.Fatal("alice or bob got the secret value")
+	}
+	// ACL changes through Cicada take effect at once.
+	alice := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Username: "alice", Password: "pw", DisableIdentity: true})
+	defer alice.Close()
+	warmKey(t, p.proxy, alice, "GET", "public:x")
+	mustDo(t, client(t, p.proxy.Addr, 2), "ACL", "SETUSER", "alice", "resetkeys", "~other:*")
+	if err := alice.Get(context.Background(), "public:x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("GET after the permission was revoked: %v, want NOPERM", err)
+	}
+}

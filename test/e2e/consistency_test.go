@@ -1,0 +1,325 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+func newProxied(t *testing.T, o cicadatest.Options, redisArgs ...string) (*redistest.Server, *cicadatest.Proxy) {
+	t.Helper()
+	r := redistest.Start(t, redisArgs...)
+	return r, cicadatest.Start(t, r.Addr, o)
+}
+
+// warmKey reads args through rc until Cicada answers them locally.
+func warmKey(t *testing.T, p *cicadatest.Proxy, rc *redis.Client, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		before := hits(p)
+		mustDo(t, rc, args...)
+		if hits(p) > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v never answered from the cache", args)
+		}
+	}
+}
+
+// TestWriteThenRead: a write acknowledged through Cicada is seen by the
+// next read on any Cicada connection, 10,000 times on a hot key.
+func TestWriteThenRead(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	writer := client(t, p.Addr, 2)
+	readers := []*redis.Client{client(t, p.Addr, 2), client(t, p.Addr, 3), writer}
+	mustDo(t, writer, "SET", "k", "v0")
+	warmKey(t, p, readers[0], "GET", "k")
+	hitsBefore := hits(p)
+	stale := 0
+	for i := 1; i <= 10000; i++ {
+		want := "v" + strconv.Itoa(i)
+		if err := writer.Set(ctx, "k", want, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readers {
+			// Several reads, so the key is refilled and read from the cache.
+			for range 2 {
+				if got, err := r.Get(ctx, "k").Result(); err != nil || got != want {
+					stale++
+				}
+			}
+		}
+	}
+	if stale != 0 {
+		t.Fatalf("%d stale reads out of 60000", stale)
+	}
+	if hits(p) == hitsBefore {
+		t.Error("no read was answered from the cache: the test did not exercise it")
+	}
+}
+
+// TestWritesOfEveryKind checks that every way of changing a cached key
+// through Cicada makes the next read see the change.
+func TestWritesOfEveryKind(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		write [][]any
+		want  any // the next GET k
+	}{
+		{"SET", [][]any{{"SET", "k", "new"}}, "new"},
+		{"DEL", [][]any{{"DEL", "k"}}, nil},
+		{"APPEND", [][]any{{"APPEND", "k", "+"}}, "old+"},
+		{"INCR", [][]any{{"SET", "k", "1"}, {"INCR", "k"}}, "2"},
+		{"GETDEL", [][]any{{"GETDEL", "k"}}, nil},
+		{"MSET", [][]any{{"MSET", "a", "1", "k", "m"}}, "m"},
+		{"RENAME", [][]any{{"SET", "src", "renamed"}, {"RENAME", "src", "k"}}, "renamed"},
+		{"COPY", [][]any{{"SET", "src", "copied"}, {"COPY", "src", "k", "REPLACE"}}, "copied"},
+		{"MOVE away", [][]any{{"MOVE", "k", "1"}}, nil},
+		{"EVAL undeclared key", [][]any{{"EVAL", "redis.call('SET', 'k', 'script') return 1", "0"}}, "script"},
+		{"FCALL undeclared key", [][]any{
+			{"FUNCTION", "LOAD", "REPLACE", "#!lua name=lib\nredis.register_function('f', function(keys, args) return redis.call('SET', 'k', 'fn') end)"},
+			{"FCALL", "f", "0"}}, "fn"},
+		{"MULTI EXEC", [][]any{{"MULTI"}, {"SET", "k", "tx"}, {"EXEC"}}, "tx"},
+		{"MULTI with script", [][]any{{"MULTI"}, {"EVAL", "redis.call('SET', 'k', 'txs') return 1", "0"}, {"EXEC"}}, "txs"},
+		{"FLUSHDB", [][]any{{"FLUSHDB"}}, nil},
+		{"FLUSHALL", [][]any{{"FLUSHALL"}}, nil},
+		{"SWAPDB", [][]any{{"SELECT", "1"}, {"SET", "k", "db1"}, {"SELECT", "0"}, {"SWAPDB", "0", "1"}}, "db1"},
+		{"EXPIRE past", [][]any{{"PEXPIREAT", "k", "1"}}, nil},
+		{"SORT STORE", [][]any{{"RPUSH", "l", "3"}, {"SORT", "l", "STORE", "k"}}, "WRONGTYPE"},
+		{"RESTORE", [][]any{{"SET", "src", "dumped"}}, "dumped"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A pinned connection: SELECT and MULTI apply to it.
+			conn := rc.Conn()
+			defer conn.Close()
+			mustDo(t, rc, "FLUSHALL")
+			mustDo(t, rc, "SET", "k", "old")
+			warmKey(t, p, rc, "GET", "k")
+			for _, w := range tt.write {
+				if err := conn.Do(ctx, w...).Err(); err != nil && err != redis.Nil {
+					t.Fatalf("%v: %v", w, err)
+				}
+			}
+			if tt.name == "RESTORE" {
+				dump, err := conn.Dump(ctx, "src").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.RestoreReplace(ctx, "k", 0, dump).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, r := range []*redis.Client{rc, client(t, p.Addr, 3)} {
+				got, err := r.Get(ctx, "k").Result()
+				var v any = got
+				if err == redis.Nil {
+					v = nil
+				} else if err != nil {
+					v, _, _ = strings.Cut(err.Error(), " ")
+				}
+				if v != tt.want {
+					t.Errorf("GET k after %v = %v, want %v", tt.write, v, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestHashFields caches HGET replies per field and evicts them on HSET.
+func TestHashFields(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	rc := client(t, p.Addr, 2)
+	direct := client(t, r.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, rc, "HSET", "h", "a", "1", "b", "2")
+	warmKey(t, p, rc, "HGET", "h", "a")
+	warmKey(t, p, rc, "HGET", "h", "b")
+	warmKey(t, p, rc, "HGET", "h", "missing")
+	mustDo(t, rc, "HSET", "h", "b", "3")
+	if got := rc.HGet(ctx, "h", "b").Val(); got != "3" {
+		t.Errorf("HGET after HSET through Cicada = %q, want 3", got)
+	}
+	warmKey(t, p, rc, "HGET", "h", "a")
+	mustDo(t, direct, "HSET", "h", "missing", "now")
+	waitFor(t, func() bool { return rc.HGet(ctx, "h", "missing").Val() == "now" })
+	if got := rc.HGet(ctx, "h", "a").Val(); got != "1" {
+		t.Errorf("HGET h a = %q, want 1", got)
+	}
+}
+
+// TestTTL: a cached key stops being served at its expiry even when Redis
+// has not deleted it yet (active expiry off).
+func TestTTL(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{}, "--enable-debug-command", "yes")
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "DEBUG", "SET-ACTIVE-EXPIRE", "0")
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, rc, "SET", "k", "v", "PX", "300")
+	warmKey(t, p, rc, "GET", "k")
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		got, err := rc.Get(ctx, "k").Result()
+		if err == redis.Nil {
+			break
+		}
+		if got != "v" {
+			t.Fatalf("GET k = %q, want v before expiry", got)
+		}
+	}
+	time.Sleep(time.Until(deadline) + 5*time.Millisecond)
+	if err := rc.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET k after expiry: %v, want nil", err)
+	}
+}
+
+// TestBypassWrites: writes on a direct connection reach Cicada's readers
+// through keyspace notifications; a nil reply is cached and evicted too.
+func TestBypassWrites(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	for i, key := range []string{"present", "absent"} {
+		if key == "present" {
+			mustDo(t, direct, "SET", key, "old")
+		}
+		warmKey(t, p, rc, "GET", key)
+		mustDo(t, direct, "SET", key, "new"+strconv.Itoa(i))
+		waitFor(t, func() bool { return rc.Get(ctx, key).Val() == "new"+strconv.Itoa(i) })
+	}
+}
+
+// TestSubscriptionLoss: while notifications are down the cache answers
+// nothing, and writes made meanwhile are not served stale afterwards.
+func TestSubscriptionLoss(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "SET", "k", "old")
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "CLIENT", "KILL", "TYPE", "pubsub")
+	mustDo(t, direct, "SET", "k", "written-during-the-gap")
+	waitFor(t, func() bool { return !p.Sub.Ready() || p.Sub.Reconnects() > 1 })
+	if got := rc.Get(ctx, "k").Val(); got != "written-during-the-gap" {
+		t.Fatalf("GET during or after the gap = %q", got)
+	}
+	waitFor(t, p.Sub.Ready)
+	warmKey(t, p, rc, "GET", "k")
+	if got := rc.Get(ctx, "k").Val(); got != "written-during-the-gap" {
+		t.Fatalf("GET after the subscription is back = %q", got)
+	}
+}
+
+// TestNotifyKeyspaceEvents: Cicada adds the classes it needs without
+// removing those set before.
+func TestNotifyKeyspaceEvents(t *testing.T) {
+	r := redistest.Start(t, "--notify-keyspace-events", "Em")
+	cicadatest.Start(t, r.Addr, cicadatest.Options{})
+	got := client(t, r.Addr, 2).ConfigGet(context.Background(), "notify-keyspace-events").Val()["notify-keyspace-events"]
+	for _, c := range "AKEm" {
+		if !containsRune(got, c) {
+			t.Errorf("notify-keyspace-events = %q, missing %q", got, c)
+		}
+	}
+}
+
+func containsRune(s string, r rune) bool {
+	for _, c := range s {
+		if c == r {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestBypassWriteDelay measures how long a write on a direct connection
+// stays invisible to a Cicada reader of a hot key (loopback, idle machine)
+// and fails only if a write is never seen within 1 s. The figures are
+// logged: go test -run TestBypassWriteDelay -v ./test/e2e/
+func TestBypassWriteDelay(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "SET", "k", "v0")
+	const n = 2000
+	delays := make([]time.Duration, 0, n)
+	for i := 1; i <= n; i++ {
+		warmKey(t, p, rc, "GET", "k")
+		want := "v" + strconv.Itoa(i)
+		if err := direct.Set(ctx, "k", want, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		acked := time.Now()
+		for {
+			if rc.Get(ctx, "k").Val() == want {
+				delays = append(delays, time.Since(acked))
+				break
+			}
+			if time.Since(acked) > time.Second {
+				t.Fatalf("write %d not visible through Cicada after 1 s", i)
+			}
+		}
+	}
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	t.Logf("bypass write visible after: p50 %v, p99 %v, max %v (%d writes; delay includes one GET round trip)",
+		delays[n/2], delays[n*99/100], delays[n-1], n)
+}
+
+// TestUpstreamDown: with Redis not up yet, clients are closed like a
+// client of a down Redis and the cache is not ready; once Redis is up,
+// everything works without a restart.
+func TestUpstreamDown(t *testing.T) {
+	port := redistest.FreePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p := cicadatest.Start(t, addr, cicadatest.Options{NoWait: true})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write([]byte("PING\r\n"))
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, err := c.Read(make([]byte, 16)); err == nil {
+		t.Fatalf("read %d bytes from a proxy whose Redis is down, want the connection closed", n)
+	}
+	c.Close()
+	if p.Sub.Ready() {
+		t.Fatal("ready with Redis down")
+	}
+	redistest.StartPort(t, port)
+	p.WaitReady(t)
+	rc := client(t, p.Addr, 2)
+	if got := fmt.Sprint(mustDo(t, rc, "PING")); got != "PONG" {
+		t.Fatalf("PING = %v", got)
+	}
+}
