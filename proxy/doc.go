@@ -47,7 +47,7 @@
 //
 // # Modes that stop local answers
 //
-// MULTI, RESP2 subscribed mode, CLIENT TRACKING, and for the rest of the
+// MULTI, subscribed mode, CLIENT TRACKING, and for the rest of the
 // connection MONITOR, CLIENT REPLY OFF|SKIP and protocol errors: in the last
 // three, replies are passed through unframed ("opaque") and writes are only
 // invalidated, like writes from outside Cicada.

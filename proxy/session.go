@@ -141,10 +141,12 @@ func (s *session) dequeue() slot {
 type upstreamLink struct{ s *session }
 
 // canAnswer reports whether confirmed state lets Cicada answer a GET/HGET
-// locally. Only meaningful when no reply is outstanding.
+// locally. Only meaningful when no reply is outstanding. A subscribed
+// connection (RESP3 allows GET there) is always forwarded: Redis may have
+// sent it a message that is still on its way through Cicada, and a local
+// answer could overtake it.
 func (s *session) canAnswer() bool {
-	return !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests &&
-		!(s.proto == 2 && s.subscribed())
+	return !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests && !s.subscribed()
 }
 
 func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }

@@ -135,4 +135,5 @@ admin=$(flag_value admin "${CICADA_ADMIN:-:9121}" "${all[@]}")
 echo "run.sh: upstream: $how; Cicada listens on $listen, admin on $admin" >&2
 
 # Not exec: the EXIT trap must stop the redis-server after Cicada exits.
-bin/cicada --upstream "$upstream" "${all[@]}"
+# Human-readable logs unless asked otherwise (a later --log-format wins).
+bin/cicada --upstream "$upstream" --log-format "${CICADA_LOG_FORMAT:-console}" "${all[@]}"

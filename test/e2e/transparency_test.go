@@ -97,6 +97,13 @@ func TestTransparency(t *testing.T) {
 			sideCmd("PUBLISH", "ch", "hello"),
 			send(cmds([]string{"GET", "hot"}, []string{"SSUBSCRIBE", "sh"}, []string{"SUNSUBSCRIBE"}, []string{"UNSUBSCRIBE", "ch", "nope"}, []string{"GET", "hot"})),
 		}, true},
+		{"RESP3 message then GET: never overtaken", []step{
+			send(cmds([]string{"HELLO", "3"}, []string{"SUBSCRIBE", "ch"})),
+			sideCmd("PUBLISH", "ch", "first"),
+			send(cmd("GET", "hot")),
+			sideCmd("PUBLISH", "ch", "second"),
+			send(cmd("GET", "hot")),
+		}, false},
 		{"CLIENT REPLY", []step{send(cmds(
 			[]string{"GET", "hot"}, []string{"CLIENT", "REPLY", "SKIP"}, []string{"GET", "hot"}, []string{"GET", "hot2"},
 			[]string{"CLIENT", "REPLY", "OFF"}, []string{"GET", "hot"}, []string{"SET", "z", "1"}, []string{"CLIENT", "REPLY", "ON"},
