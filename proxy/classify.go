@@ -96,7 +96,13 @@ func (s *session) onCommand(n int) decision {
 		case "monitor":
 			s.pushOpaque()
 			return decideForward
-		case "config|set", "acl|setuser", "acl|deluser", "acl|load":
+		case "config|set":
+			// It may change requirepass or notify-keyspace-events: no cache
+			// answers until the classes Cicada needs are verified again.
+			sl.act = actAuthRules
+			s.srv.cache.Suspend()
+			sl.hold = holdVerify
+		case "acl|setuser", "acl|deluser", "acl|load":
 			sl.act = actAuthRules
 		case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
 			if s.sendMulti {

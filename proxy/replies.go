@@ -61,7 +61,7 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 		_, _ = s.client.Writev(l.downv)
 	}
 	_, _ = s.up.Discard(off)
-	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone {
+	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
 		s.paused = false
 		s.processClient()
 	}
@@ -196,6 +196,8 @@ func (s *session) releaseHold(h hold) {
 	switch h {
 	case holdFence:
 		s.srv.fencer.Fence()
+	case holdVerify:
+		s.srv.fencer.VerifyFence()
 	case holdFlush:
 		s.srv.cache.Flush()
 		s.srv.cache.Resume()

@@ -33,6 +33,8 @@ type Notifications interface {
 	// Fence releases one cache suspension once every notification of
 	// writes already answered by Redis has been applied.
 	Fence()
+	// VerifyFence is Fence after notify-keyspace-events was checked again.
+	VerifyFence()
 	// MaxBulkLen is Redis's proto-max-bulk-len in bytes, 0 if unknown.
 	MaxBulkLen() int64
 	// Ready reports whether notifications are flowing (the cache may answer).

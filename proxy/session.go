@@ -40,6 +40,7 @@ const (
 	holdNone  hold = iota
 	holdFence      // release through a notification fence (writes of unknown keys)
 	holdFlush      // flush the cache, then release (FLUSHALL, FLUSHDB, SWAPDB, ...)
+	holdVerify     // a fence that also re-checks notify-keyspace-events (CONFIG SET)
 )
 
 // slot is one forwarded request waiting for its reply.
@@ -161,7 +162,7 @@ func (s *session) onClientTraffic() gnet.Action {
 			zap.String("client", s.client.RemoteAddr().String()), zap.Int("bytes", s.client.InboundBuffered()))
 		return gnet.Close
 	}
-	if s.up == nil || s.paused {
+	if s.up == nil || s.paused || s.srv.draining.Load() {
 		return gnet.None // bytes stay buffered in gnet until we can use them
 	}
 	s.processClient()

@@ -91,6 +91,7 @@ type Subscriber struct {
 	fmu       sync.Mutex // guards the following
 	requested uint64     // fences requested so far
 	released  uint64     // fences released so far
+	verify    bool       // the next PING waits for a check of the classes
 	kick      chan struct{}
 
 	down bool // Run: the cache is suspended on our behalf
@@ -133,6 +134,16 @@ func (s *Subscriber) Fence() {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// VerifyFence is Fence, but the notification classes are checked again
+// (CONFIG GET) before the fence can pass: for CONFIG SET, which may have
+// removed them.
+func (s *Subscriber) VerifyFence() {
+	s.fmu.Lock()
+	s.verify = true
+	s.fmu.Unlock()
+	s.Fence()
 }
 
 // releaseUpTo resumes the cache once per fence numbered <= n not yet released.
@@ -272,7 +283,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 			pinger.Add(1)
 			go func() {
 				defer pinger.Done()
-				s.pingFences(sctx, ps)
+				s.pingFences(sctx, ps, ctl)
 			}()
 		}
 	}
@@ -296,8 +307,10 @@ func (s *Subscriber) up() {
 }
 
 // pingFences sends one PING carrying the current fence count whenever new
-// fences were requested; its PONG releases them (see Run).
-func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub) {
+// fences were requested; its PONG releases them (see Run). When a fence
+// asked for it, the notification classes are checked first; if they are
+// gone the subscription is closed, which suspends the cache.
+func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub, ctl *redis.Client) {
 	var sent uint64
 	for {
 		select {
@@ -305,9 +318,19 @@ func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub) {
 			return
 		case <-s.kick:
 		}
-		n := s.requestedNow()
+		s.fmu.Lock()
+		n, verify := s.requested, s.verify
+		s.verify = false
+		s.fmu.Unlock()
 		if n == sent {
 			continue
+		}
+		if verify {
+			if err := s.ensureClasses(ctx, ctl); err != nil {
+				s.log.Warn("notification classes check failed", zap.Error(err))
+				_ = ps.Close() // the receive loop fails and reconnects
+				return
+			}
 		}
 		if err := ps.Ping(ctx, strconv.FormatUint(n, 10)); err != nil {
 			return // the receive loop sees the broken connection
@@ -317,7 +340,8 @@ func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub) {
 }
 
 // ensureClasses checks notify-keyspace-events, adds the missing classes when
-// allowed, and reads proto-max-bulk-len.
+// allowed (flushing the cache: writes in the gap were not notified), and
+// reads proto-max-bulk-len.
 func (s *Subscriber) ensureClasses(ctx context.Context, ctl *redis.Client) error {
 	cur, err := getConfig(ctx, ctl, "notify-keyspace-events")
 	if err != nil {
@@ -331,7 +355,9 @@ func (s *Subscriber) ensureClasses(ctx context.Context, ctl *redis.Client) error
 		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
 			return fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
 		}
-		s.log.Info("notify-keyspace-events extended", zap.String("was", cur), zap.String("added", missing))
+		// Writes made while the classes were missing sent no notification.
+		s.cache.Flush()
+		s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
 		if cur, err = getConfig(ctx, ctl, "notify-keyspace-events"); err != nil {
 			return err
 		}

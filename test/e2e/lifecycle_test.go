@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// TestAdminEndpoints checks /healthz, /readyz (following the subscription)
+// and /metrics.
+func TestAdminEndpoints(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	admin := httptest.NewServer(p.Server.AdminHandler())
+	defer admin.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(admin.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d, want 200", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz with the subscription up = %d, want 200", code)
+	}
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "k", "secret-value")
+	warmKey(t, p, rc, "GET", "k")
+	_, metrics := get("/metrics")
+	for _, want := range []string{"cicada_cache_hits_total ", "cicada_cache_fills_total 1", "cicada_cache_replies 1",
+		`cicada_cache_evictions_total{reason="write"}`, "cicada_keyspace_subscription_up 1", "cicada_client_connections 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(metrics, "secret-value") {
+		t.Error("/metrics shows a key value")
+	}
+	r.Stop()
+	waitFor(t, func() bool { code, _ := get("/readyz"); return code == 503 })
+}
+
+// TestGracefulShutdown: after Shutdown starts, an outstanding reply (a
+// blocked BLPOP) still reaches its client, new connections are refused,
+// then connections close.
+func TestGracefulShutdown(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(cmd("BLPOP", "q", "0"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return commandCalls(t, r.Addr, "blpop") == 1 })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- p.Server.Shutdown(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) while a reply was outstanding", err)
+	default:
+	}
+	if nc, err := net.Dial("tcp", p.Addr); err == nil {
+		_ = nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := nc.Read(make([]byte, 1)); err == nil {
+			t.Error("a new connection during shutdown was served")
+		}
+		nc.Close()
+	}
+	sideRun(t, r.Addr, []string{"RPUSH", "q", "job"})
+	expectBytes(t, c, "*2\r\n$1\r\nq\r\n$3\r\njob\r\n")
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("connection still open after Shutdown")
+	}
+}
+
+// TestConfigSetNotifications: removing the notification classes with
+// CONFIG SET through Cicada stops cache answers at once; Cicada restores
+// the classes and answers again.
+func TestConfigSetNotifications(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{})
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "k", "v1")
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, rc, "CONFIG", "SET", "notify-keyspace-events", "")
+	// A direct write right away must be seen: either the cache is
+	// suspended or the classes are back and its event evicts.
+	mustDo(t, client(t, r.Addr, 2), "SET", "k", "v2")
+	waitFor(t, func() bool { return rc.Get(context.Background(), "k").Val() == "v2" })
+	waitFor(t, p.Sub.Ready)
+	warmKey(t, p, rc, "GET", "k")
+}
