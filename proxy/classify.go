@@ -118,12 +118,23 @@ func (s *session) onCommand(n int) decision {
 			}
 		}
 	}
+	if s.sendMulti && sl.act != actMulti {
+		switch sl.act {
+		case actSelect, actAuth, actHello, actTracking:
+			// Queued: the change happens inside EXEC, whose reply Cicada
+			// does not take apart. Stop answering on this connection then.
+			s.opaqueAfterExec = true
+			s.multiSelect = s.multiSelect || sl.act == actSelect
+			sl.act, pauseAfter = actNone, false
+		}
+	}
 	s.effects(spec, args, argc, &sl)
 	if !s.opaqueSend {
 		s.queue(sl)
 		if sl.act == actExec && s.opaqueAfterExec {
 			s.opaqueAfterExec = false
 			s.pushOpaque()
+			s.opaqueDBUnknown = s.multiSelect
 		}
 	}
 	s.loop.stats.forwarded.Add(1)

@@ -174,6 +174,7 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		s.confirm(sl)
 	}
 	if queued {
+		s.multiRules = s.multiRules || sl.act == actAuthRules
 		for ; sl.stripes > 0; sl.stripes-- {
 			s.multiStripes = append(s.multiStripes, s.writes.pop())
 		}
@@ -240,6 +241,11 @@ func (s *session) confirm(sl *slot) {
 // was dropped (DISCARD, RESET).
 func (s *session) endMulti() {
 	s.multi = false
+	if s.multiRules {
+		s.multiRules = false
+		s.srv.ids.rulesChanged()
+		s.srv.cache.Flush()
+	}
 	for _, st := range s.multiStripes {
 		s.srv.cache.EndWrite(st)
 	}

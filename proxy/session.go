@@ -37,10 +37,10 @@ const (
 type hold uint8
 
 const (
-	holdNone  hold = iota
-	holdFence      // release through a notification fence (writes of unknown keys)
-	holdFlush      // flush the cache, then release (FLUSHALL, FLUSHDB, SWAPDB, ...)
-	holdVerify     // a fence that also re-checks notify-keyspace-events (CONFIG SET)
+	holdNone   hold = iota
+	holdFence       // release through a notification fence (writes of unknown keys)
+	holdFlush       // flush the cache, then release (FLUSHALL, FLUSHDB, SWAPDB, ...)
+	holdVerify      // a fence that also re-checks notify-keyspace-events (CONFIG SET)
 )
 
 // slot is one forwarded request waiting for its reply.
@@ -103,7 +103,9 @@ type session struct {
 	opaqueSend      bool // an opaque slot is queued: no local answers, no bookkeeping
 	opaqueRecv      bool // the opaque slot was reached: replies pass unframed
 	rawRequests     bool // a protocol error: client bytes pass unparsed
-	opaqueAfterExec bool // a subscribe command was queued in MULTI
+	opaqueAfterExec bool // a command changing connection state was queued in MULTI
+	multiSelect     bool // ... and it was a SELECT: the db after EXEC is unknown
+	multiRules      bool // CONFIG SET or ACL changes queued in MULTI
 	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool // parsing waits until every reply is in
 	quit            bool // QUIT was sent: later bytes are dropped, as Redis does

@@ -172,9 +172,16 @@ func (s *Subscriber) requestedNow() uint64 {
 // Run maintains the subscription until ctx is done. It returns ctx.Err().
 func (s *Subscriber) Run(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
+	var lastErr string
 	for {
 		err := s.session(ctx)
 		s.setDown(err)
+		if err != nil && err.Error() != lastErr && ctx.Err() == nil {
+			// Once per distinct failure, so a Redis that stays down or
+			// refuses Cicada's credentials is visible without flooding.
+			lastErr = err.Error()
+			s.log.Warn("keyspace subscription failed; retrying", zap.Error(err))
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

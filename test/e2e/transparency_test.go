@@ -175,3 +175,21 @@ func TestLocalAnswersReachNoRedis(t *testing.T) {
 		t.Errorf("cmdstat_get grew by %d for %d GETs, want at most 5%%", grown, n)
 	}
 }
+
+// TestStateChangesInMulti: SELECT, HELLO and CLIENT TRACKING queued in a
+// transaction take effect at EXEC; Cicada must not answer with the state
+// from before it.
+func TestStateChangesInMulti(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	setupData(t, p)
+	p.both(t, "SELECT", "0")
+	p.compare(t, send(cmds(
+		[]string{"MULTI"}, []string{"SELECT", "1"}, []string{"EXEC"}, []string{"GET", "hot"}, []string{"SET", "hot", "db1"},
+		[]string{"GET", "hot"},
+	)))
+	p.compare(t, send(cmds(
+		[]string{"MULTI"}, []string{"HELLO", "3"}, []string{"EXEC"}, []string{"GET", "absent"},
+	)))
+	warmAll(t, p)
+	p.compare(t, send(cmds([]string{"GET", "hot"})))
+}
