@@ -41,6 +41,8 @@ var (
 		"Keyspace notifications received.", nil, nil)
 	descSubConnects = prometheus.NewDesc("cicada_keyspace_subscriptions_total",
 		"Times the keyspace-notification subscription was established.", nil, nil)
+	descFlushes = prometheus.NewDesc("cicada_redis_flushes_total",
+		"FLUSHALL/FLUSHDB executed by Redis (from any client), each emptying the cache.", nil, nil)
 )
 
 // Collector exports the server's metrics to Prometheus. It reads the
@@ -54,7 +56,7 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills,
 		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descInflight,
-		descUpErrors, descSubUp, descEvents, descSubConnects} {
+		descUpErrors, descSubUp, descEvents, descSubConnects, descFlushes} {
 		ch <- d
 	}
 }
@@ -97,6 +99,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSubUp, b2f(srv.fencer.Ready()))
 	counter(descEvents, srv.fencer.Events())
 	counter(descSubConnects, srv.fencer.Reconnects())
+	counter(descFlushes, srv.fencer.Flushes())
 }
 
 func b2f(b bool) float64 {

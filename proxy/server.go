@@ -43,6 +43,8 @@ type Notifications interface {
 	Events() uint64
 	// Reconnects is how many times the subscription was (re)established.
 	Reconnects() uint64
+	// Flushes is how many FLUSHALL/FLUSHDB Redis reported, from any client.
+	Flushes() uint64
 }
 
 // Config configures a Server.

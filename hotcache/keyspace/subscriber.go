@@ -8,9 +8,12 @@
 //	  │
 //	  ├─ control connection: CONFIG GET notify-keyspace-events; merge the
 //	  │  classes Cicada needs (K + A) when allowed; verify
-//	  ├─ notification connection: PSUBSCRIBE __keyspace@*__:*
+//	  ├─ notification connection: PSUBSCRIBE __keyspace@*__:*, then
+//	  │  SUBSCRIBE __redis__:invalidate; a third connection turns on
+//	  │  CLIENT TRACKING redirected there, to hear of flushes (flushwatch.go)
 //	  │     confirmed ─► cache.Flush(), cache.Resume(): ready
 //	  │     message   ─► cache.Invalidate(db, key)
+//	  │     flush     ─► cache.Flush()
 //	  │     pong n    ─► every fence requested before PING n is released
 //	  │     error, silence past the check interval, or the classes removed
 //	  │               ─► cache.Suspend(): not ready; reconnect with backoff
@@ -87,6 +90,7 @@ type Subscriber struct {
 	maxBulk    atomic.Int64 // Redis's proto-max-bulk-len, 0 until read
 	events     atomic.Uint64
 	reconnects atomic.Uint64
+	flushes    atomic.Uint64 // flushes of Redis seen through tracking
 
 	fmu       sync.Mutex // guards the following
 	requested uint64     // fences requested so far
@@ -119,6 +123,9 @@ func (s *Subscriber) MaxBulkLen() int64 { return s.maxBulk.Load() }
 
 // Events returns the keyspace notifications received since start.
 func (s *Subscriber) Events() uint64 { return s.events.Load() }
+
+// Flushes returns how many FLUSHALL/FLUSHDB Redis reported (any client).
+func (s *Subscriber) Flushes() uint64 { return s.flushes.Load() }
 
 // Reconnects returns how many times the subscription was re-established.
 func (s *Subscriber) Reconnects() uint64 { return s.reconnects.Load() }
@@ -235,7 +242,14 @@ func (s *Subscriber) session(ctx context.Context) error {
 	if err := s.ensureClasses(ctx, ctl); err != nil {
 		return err
 	}
-	sub := redis.NewClient(s.options("cicada-keyspace"))
+	var subID atomic.Int64
+	opts := s.options("cicada-keyspace")
+	opts.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		id, err := cn.ClientID(ctx).Result()
+		subID.Store(id)
+		return err
+	}
+	sub := redis.NewClient(opts)
 	defer sub.Close()
 	ps := sub.PSubscribe(ctx, Pattern)
 	defer ps.Close()
@@ -246,22 +260,39 @@ func (s *Subscriber) session(ctx context.Context) error {
 	defer pinger.Wait()
 	defer cancel()
 
+	var tracking *redis.Client // flush detection, nil when unavailable
+	defer func() {
+		if tracking != nil {
+			_ = tracking.Close()
+		}
+	}()
 	lastHeard := time.Now()
-	confirmed := false
+	confirmed := 0 // subscriptions confirmed: the pattern, then the tracking channel
 	for {
 		msg, err := ps.ReceiveTimeout(sctx, s.cfg.CheckInterval)
 		if err != nil {
 			var ne interface{ Timeout() bool }
-			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			switch {
+			case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
 				if time.Since(lastHeard) > 2*s.cfg.CheckInterval {
 					return ErrSilent
 				}
 				if err := s.ensureClasses(ctx, ctl); err != nil {
 					return err
 				}
+				if tracking != nil {
+					if err := tracking.Ping(ctx).Err(); err != nil {
+						return fmt.Errorf("keyspace: flush-watch connection: %w", err)
+					}
+				}
 				if err := ps.Ping(ctx, "alive"); err != nil {
 					return fmt.Errorf("keyspace: ping: %w", err)
 				}
+				continue
+			case isFlushSignal(err):
+				lastHeard = time.Now()
+				s.cache.Flush()
+				s.flushes.Add(1)
 				continue
 			}
 			return fmt.Errorf("keyspace: receive: %w", err)
@@ -269,6 +300,9 @@ func (s *Subscriber) session(ctx context.Context) error {
 		lastHeard = time.Now()
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Channel == TrackingChannel {
+				continue // a key under trackingPrefix: none is cached
+			}
 			s.events.Add(1)
 			if db, key, ok := parseChannel(m.Channel); ok {
 				s.cache.Invalidate(db, key)
@@ -280,18 +314,28 @@ func (s *Subscriber) session(ctx context.Context) error {
 				s.releaseUpTo(n)
 			}
 		case *redis.Subscription:
-			if m.Kind != "psubscribe" || confirmed {
+			switch {
+			case confirmed == 0 && m.Kind == "psubscribe":
+				confirmed = 1
+				if err := ps.Subscribe(ctx, TrackingChannel); err != nil {
+					return fmt.Errorf("keyspace: subscribe %s: %w", TrackingChannel, err)
+				}
+			case confirmed == 1 && m.Kind == "subscribe":
+				confirmed = 2
+				if tracking, err = s.watchFlushes(ctx, subID.Load()); err != nil {
+					s.log.Warn("FLUSHALL/FLUSHDB sent to Redis directly will not be detected", zap.Error(err))
+				}
+				s.up()
+				pinger.Add(1)
+				go func() {
+					defer pinger.Done()
+					s.pingFences(sctx, ps, ctl)
+				}()
+			default:
 				// go-redis re-subscribed on a new connection: events may
 				// have been lost in between.
 				return errors.New("keyspace: subscription re-established underneath")
 			}
-			confirmed = true
-			s.up()
-			pinger.Add(1)
-			go func() {
-				defer pinger.Done()
-				s.pingFences(sctx, ps, ctl)
-			}()
 		}
 	}
 }

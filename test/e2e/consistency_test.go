@@ -323,3 +323,24 @@ func TestUpstreamDown(t *testing.T) {
 		t.Fatalf("PING = %v", got)
 	}
 }
+
+// TestBypassFlush: FLUSHALL and FLUSHDB sent to Redis directly send no
+// keyspace notification; Cicada learns of them through client tracking.
+func TestBypassFlush(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	for _, flush := range []string{"FLUSHALL", "FLUSHDB"} {
+		mustDo(t, direct, "SET", "k", "v")
+		warmKey(t, p, rc, "GET", "k")
+		mustDo(t, direct, flush)
+		waitFor(t, func() bool { return rc.Get(ctx, "k").Err() == redis.Nil })
+		if err := rc.Get(ctx, "k").Err(); err != redis.Nil {
+			t.Fatalf("GET after a direct %s: %v, want nil", flush, err)
+		}
+	}
+	if p.Sub.Flushes() != 2 {
+		t.Errorf("flushes seen: %d, want 2", p.Sub.Flushes())
+	}
+}
