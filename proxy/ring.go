@@ -24,9 +24,6 @@ func (r *ring[T]) push(v T) {
 // front returns the oldest element; the ring must not be empty.
 func (r *ring[T]) front() *T { return &r.buf[r.head] }
 
-// back returns the newest element; the ring must not be empty.
-func (r *ring[T]) back() *T { return &r.buf[(r.head+r.n-1)%len(r.buf)] }
-
 func (r *ring[T]) pop() T {
 	var zero T
 	v := r.buf[r.head]

@@ -547,9 +547,14 @@ func formatSize(n int64) string {
 // parses it, so that a bad size reads the same from every layer.
 type sizeFlag struct{ s string }
 
-func (f *sizeFlag) String() string     { return f.s }
+// String implements pflag.Value: the text as given.
+func (f *sizeFlag) String() string { return f.s }
+
+// Set implements pflag.Value; it never fails (decode checks the size).
 func (f *sizeFlag) Set(s string) error { f.s = s; return nil }
-func (f *sizeFlag) Type() string       { return "size" }
+
+// Type implements pflag.Value: "size" in --help.
+func (f *sizeFlag) Type() string { return "size" }
 
 // Validate checks every setting and returns the first problem as
 // "<setting>: <what is wrong>". It accepts Loops == 0 (GOMAXPROCS) for
