@@ -176,8 +176,17 @@ func (srv *Server) Run() error {
 		srv.janitor(stop)
 	}()
 	defer func() { close(stop); wg.Wait() }()
-	err := gnet.Run(srv, "tcp://"+srv.cfg.Listen,
+	// gnet reports a busy port as "setsockopt: bad file descriptor"; a
+	// plain listen first gives the real reason.
+	probe, err := net.Listen("tcp", srv.cfg.Listen)
+	if err != nil {
+		close(srv.booted)
+		return fmt.Errorf("proxy: %w", err)
+	}
+	_ = probe.Close()
+	err = gnet.Run(srv, "tcp://"+srv.cfg.Listen,
 		gnet.WithNumEventLoop(srv.cfg.Loops),
+		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTCPKeepAlive(time.Minute),
 		gnet.WithLogger(srv.log.Sugar()),

@@ -156,6 +156,7 @@ func newLogger(cfg *Config, w io.Writer) (*zap.Logger, error) {
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	if cfg.LogFormat == "console" {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
@@ -166,10 +167,12 @@ func newLogger(cfg *Config, w io.Writer) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
 }
 
-// redisLogger routes go-redis's internal messages to zap at warn level.
+// redisLogger routes go-redis's internal messages to zap at debug level:
+// it repeats every retry, while the keyspace subscriber logs each state
+// change once.
 type redisLogger struct{ l *zap.SugaredLogger }
 
 // Printf implements go-redis's internal.Logging.
 func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
-	r.l.Warnf(format, v...)
+	r.l.Debugf(format, v...)
 }

@@ -130,10 +130,13 @@ fi
 
 read -r -a extra <<<"${ARGS:-}"
 all=("${extra[@]}" "$@")
-listen=$(flag_value listen "${CICADA_LISTEN:-:6380}" "${all[@]}")
-admin=$(flag_value admin "${CICADA_ADMIN:-:9121}" "${all[@]}")
+# Loopback unless asked otherwise: Redis trusts Cicada's connections as local
+# (protected mode no longer applies), so a development run stays private.
+listen=$(flag_value listen "${CICADA_LISTEN:-127.0.0.1:6380}" "${all[@]}")
+admin=$(flag_value admin "${CICADA_ADMIN:-127.0.0.1:9121}" "${all[@]}")
 echo "run.sh: upstream: $how; Cicada listens on $listen, admin on $admin" >&2
 
 # Not exec: the EXIT trap must stop the redis-server after Cicada exits.
 # Human-readable logs unless asked otherwise (a later --log-format wins).
-bin/cicada --upstream "$upstream" --log-format "${CICADA_LOG_FORMAT:-console}" "${all[@]}"
+bin/cicada --upstream "$upstream" --listen "$listen" --admin "$admin" \
+  --log-format "${CICADA_LOG_FORMAT:-console}" "${all[@]}"

@@ -182,6 +182,10 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	var lastErr string
 	for {
 		err := s.session(ctx)
+		if ctx.Err() != nil {
+			s.ready.Store(false)
+			return ctx.Err()
+		}
 		s.setDown(err)
 		if err != nil && err.Error() != lastErr && ctx.Err() == nil {
 			// Once per distinct failure, so a Redis that stays down or
@@ -259,6 +263,10 @@ func (s *Subscriber) session(ctx context.Context) error {
 	var pinger sync.WaitGroup
 	defer pinger.Wait()
 	defer cancel()
+	// A blocked receive does not watch its context: closing the
+	// subscription ends it at once when Run is stopped.
+	stopped := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stopped()
 
 	var tracking *redis.Client // flush detection, nil when unavailable
 	defer func() {
@@ -350,9 +358,9 @@ func (s *Subscriber) up() {
 		s.cache.Resume()
 	}
 	if s.reconnects.Add(1) > 1 {
-		s.log.Info("keyspace notifications re-established; cache flushed and resumed")
+		s.log.Info("keyspace notifications re-established; cache flushed")
 	} else {
-		s.log.Info("keyspace notifications established; cache enabled")
+		s.log.Info("keyspace notifications established")
 	}
 	s.ready.Store(true)
 }
