@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,6 +15,7 @@ import (
 //	/healthz  200 while the process serves requests (liveness)
 //	/readyz   200 when the keyspace-notification subscription is up, so
 //	          hot keys are cached and Redis answered it; 503 otherwise
+//	/debug/pprof/  Go profiles (CPU, heap, goroutines)
 //
 // Key values never appear here.
 func (srv *Server) AdminHandler() http.Handler {
@@ -21,6 +23,11 @@ func (srv *Server) AdminHandler() http.Handler {
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
