@@ -60,7 +60,9 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	if len(l.downv) > 0 && !s.closed {
 		_, _ = s.client.Writev(l.downv)
 	}
-	_, _ = s.up.Discard(off)
+	if off > 0 { // gnet's Discard(0) discards everything
+		_, _ = s.up.Discard(off)
+	}
 	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
 		s.paused = false
 		s.processClient()

@@ -235,7 +235,7 @@ func (s *session) processClient() {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))
 		}
 	}
-	if !s.closed {
+	if !s.closed && off > 0 { // gnet's Discard(0) discards everything
 		_, _ = c.Discard(off)
 	}
 }

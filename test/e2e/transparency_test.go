@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // setupData writes the same data of every type on both servers and makes
@@ -192,4 +193,19 @@ func TestStateChangesInMulti(t *testing.T) {
 	)))
 	warmAll(t, p)
 	p.compare(t, send(cmds([]string{"GET", "hot"})))
+}
+
+// TestSegmented sends requests cut at awkward points and receives Redis's
+// replies cut after their first byte; nothing may be lost or garbled.
+func TestSegmented(t *testing.T) {
+	direct := redistest.Start(t)
+	behind := redistest.Start(t)
+	p := &pair{direct: direct, behind: behind}
+	p.proxy = cicadatest.Start(t, segmentingRelay(t, behind.Addr), cicadatest.Options{})
+	setupData(t, p)
+	ms := 30 * time.Millisecond
+	p.compare(t, send("GET ho"), pause(ms), send("t\r\n"+cmd("GET", "hot")[:7]), pause(ms), send(cmd("GET", "hot")[7:]))
+	p.compare(t, send(cmd("BLPOP", "q", "0.2")), pause(ms), send(cmd("GET", "hot")), pause(400*ms/30*10))
+	p.compare(t, send(cmd("INCR", "counter")), send(cmd("GET", "hot")), send(cmd("HGET", "h", "f")))
+	p.compare(t, send(cmds([]string{"PING"}, []string{"GET", "hot2"}, []string{"LRANGE", "list", "0", "-1"}, []string{"PING"})))
 }

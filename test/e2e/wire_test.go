@@ -224,3 +224,49 @@ func mustDo(t *testing.T, rc *redis.Client, args ...any) any {
 	}
 	return v
 }
+
+// segmentingRelay forwards connections to upstream, writing each chunk of
+// Redis's replies as its first byte, a 2-ms pause, then the rest: the way a
+// slow network may deliver them. It returns the relay's address.
+func segmentingRelay(t *testing.T, upstream string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 1<<16)
+				for {
+					n, err := u.Read(buf)
+					if n > 0 {
+						if _, err := c.Write(buf[:1]); err != nil {
+							return
+						}
+						time.Sleep(2 * time.Millisecond)
+						if _, err := c.Write(buf[1:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
