@@ -69,18 +69,28 @@ func (s *session) onCommand(n int) decision {
 		case "multi":
 			sl.act = actMulti
 			s.sendMulti = true
-		case "exec", "discard":
+		case "exec":
 			sl.act = actExec
 			s.sendMulti = false
+			// Commands after it must see the state the transaction set.
+			pauseAfter = s.txState
+			s.txState = false
+		case "discard":
+			sl.act = actDiscard
+			s.sendMulti, s.txState = false, false
 		case "auth":
 			sl.act, sl.user = actAuth, "default"
-			if argc == 3 && args[1] != nil {
-				sl.user = string(args[1])
+			if argc == 3 {
+				if args[1] == nil {
+					sl.user, sl.anon = "", true // too long to capture
+				} else {
+					sl.user = string(args[1])
+				}
 			}
 			pauseAfter = true // the identity for what follows is Redis's answer
 		case "hello":
 			sl.act = actHello
-			sl.arg, sl.user = parseHello(args)
+			sl.arg, sl.user, sl.anon = parseHello(args)
 			pauseAfter = true
 		case "client|tracking":
 			sl.act = actTracking
@@ -121,11 +131,11 @@ func (s *session) onCommand(n int) decision {
 	if s.sendMulti && sl.act != actMulti {
 		switch sl.act {
 		case actSelect, actAuth, actHello, actTracking:
-			// Queued: the change happens inside EXEC, whose reply Cicada
-			// does not take apart. Stop answering on this connection then.
-			s.opaqueAfterExec = true
-			s.multiSelect = s.multiSelect || sl.act == actSelect
-			sl.act, pauseAfter = actNone, false
+			// Probably queued, to take effect at EXEC (see complete). Wait
+			// for Redis's answer: +QUEUED, or the change itself if MULTI
+			// was refused.
+			s.txState = true
+			pauseAfter = true
 		}
 	}
 	s.effects(spec, args, argc, &sl)
@@ -134,7 +144,6 @@ func (s *session) onCommand(n int) decision {
 		if sl.act == actExec && s.opaqueAfterExec {
 			s.opaqueAfterExec = false
 			s.pushOpaque()
-			s.opaqueDBUnknown = s.multiSelect
 		}
 	}
 	s.loop.stats.forwarded.Add(1)
@@ -205,6 +214,11 @@ func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]
 		db := r.DB
 		if db == command.CurrentDB {
 			db = s.db
+			if s.sendMulti && s.txDBSet && int(s.txDB) != s.db {
+				// A queued SELECT may have switched the db by the time
+				// this runs: evict in both.
+				keys = append(keys, commandKey{db: int(s.txDB), key: args[r.Arg]})
+			}
 		}
 		keys = append(keys, commandKey{db: db, key: args[r.Arg]})
 	}
@@ -286,23 +300,30 @@ func (s *session) forwardRead(ri *readInfo) decision {
 	return decideForward
 }
 
-// parseHello returns the protocol version HELLO asks for (0 if none) and
-// the user of its AUTH option ("" if none).
-func parseHello(args [][]byte) (proto int64, user string) {
+// parseHello returns the protocol version HELLO asks for (0 if none), the
+// user of its AUTH option ("" if none), and anon=true when an AUTH option
+// is present whose user Cicada cannot name (not captured, or options it
+// cannot read).
+func parseHello(args [][]byte) (proto int64, user string, anon bool) {
 	if len(args) < 2 || args[1] == nil {
-		return 0, ""
+		return 0, "", len(args) > 1
 	}
 	proto, _ = strconv.ParseInt(string(args[1]), 10, 64)
 	for i := 2; i < len(args); i++ {
 		switch {
-		case eqFold(args[i], "auth") && i+2 < len(args) && args[i+1] != nil:
+		case args[i] == nil:
+			return proto, "", true
+		case eqFold(args[i], "auth") && i+2 < len(args):
+			if args[i+1] == nil {
+				return proto, "", true
+			}
 			user = string(args[i+1])
 			i += 2
 		case eqFold(args[i], "setname") && i+1 < len(args):
 			i++
 		}
 	}
-	return proto, user
+	return proto, user, false
 }
 
 func subKindOf(name string) subKind {

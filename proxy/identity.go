@@ -43,6 +43,25 @@ func (ids *identities) user(name string) uint32 {
 	return id
 }
 
+// userOrAnonymous is user(name), or anonymous() when anon is set.
+func (ids *identities) userOrAnonymous(name string, anon bool) uint32 {
+	if anon {
+		return ids.anonymous()
+	}
+	return ids.user(name)
+}
+
+// anonymous returns an identity nobody else has: for a connection whose
+// user Redis knows but Cicada cannot name. Its reads prove nothing for
+// other connections.
+func (ids *identities) anonymous() uint32 {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	id := ids.next
+	ids.next++
+	return id
+}
+
 // rulesChanged gives connections opened from now on a new initial identity.
 func (ids *identities) rulesChanged() {
 	ids.mu.Lock()

@@ -113,6 +113,9 @@ func (s *session) advance() {
 // onFrame settles one complete reply from Redis.
 func (s *session) onFrame(fr *resp.Frame) {
 	v := &fr.Value
+	// An error may be Redis refusing the connection itself (maxclients,
+	// protected mode), sent before it read anything.
+	s.accepted = s.accepted || (v.Type != resp.TypeError && v.Type != resp.TypeBulkError)
 	conf, isConf := subConfirmation(fr)
 	switch {
 	case v.Type == resp.TypePush:
@@ -172,23 +175,70 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 	v := &fr.Value
 	failed := v.Type == resp.TypeError || v.Type == resp.TypeBulkError
 	queued := v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
-	if !failed && !queued {
-		s.confirm(sl)
-	}
 	if queued {
-		s.multiRules = s.multiRules || sl.act == actAuthRules
-		for ; sl.stripes > 0; sl.stripes-- {
-			s.multiStripes = append(s.multiStripes, s.writes.pop())
-		}
-		if sl.hold != holdNone {
-			s.multiHolds = append(s.multiHolds, sl.hold)
-		}
+		s.deferQueued(sl)
 		return
+	}
+	switch {
+	case sl.act == actExec:
+		if !failed && !v.Null && v.Type != resp.TypeSimple {
+			s.applyTx()
+		}
+		s.endMulti()
+	case sl.act == actDiscard:
+		s.endMulti()
+	case !failed:
+		s.confirm(sl)
+	case sl.act == actHello && (sl.user != "" || sl.anon):
+		// HELLO may authenticate and then fail (an invalid SETNAME): who
+		// the connection is now, only a unique identity can stand for.
+		s.ident = s.srv.ids.anonymous()
 	}
 	s.releaseWrites(sl.stripes)
 	s.releaseHold(sl.hold)
 	if sl.read != nil && !failed {
 		s.readReplied(sl.read, fr)
+	}
+}
+
+// deferQueued keeps what a command queued in a transaction will do at
+// EXEC: its writes, suspensions and state change.
+func (s *session) deferQueued(sl *slot) {
+	s.multiRules = s.multiRules || sl.act == actAuthRules
+	switch sl.act {
+	case actSelect, actAuth, actHello, actTracking:
+		s.multiActs = append(s.multiActs, queuedAct{idx: s.txQueued, sl: *sl})
+		if sl.act == actSelect {
+			s.txDB, s.txDBSet = sl.arg, true
+		}
+	}
+	s.txQueued++
+	for ; sl.stripes > 0; sl.stripes-- {
+		s.multiStripes = append(s.multiStripes, s.writes.pop())
+	}
+	if sl.hold != holdNone {
+		s.multiHolds = append(s.multiHolds, sl.hold)
+	}
+}
+
+// applyTx applies the state changes of an executed transaction, each one
+// whose element of EXEC's reply is not an error.
+func (s *session) applyTx() {
+	for _, qa := range s.multiActs {
+		t, ok := s.framer.ElemType(qa.idx)
+		switch {
+		case !ok:
+			// Beyond what the framer recorded: the state is unknown.
+			s.pushOpaque()
+			s.opaqueDBUnknown = true
+			return
+		case t == resp.TypeError || t == resp.TypeBulkError:
+			if qa.sl.act == actHello && (qa.sl.user != "" || qa.sl.anon) {
+				s.ident = s.srv.ids.anonymous()
+			}
+		default:
+			s.confirm(&qa.sl)
+		}
 	}
 }
 
@@ -214,13 +264,13 @@ func (s *session) confirm(sl *slot) {
 	case actSelect:
 		s.db = int(sl.arg)
 	case actAuth:
-		s.ident = srv.ids.user(sl.user)
+		s.ident = srv.ids.userOrAnonymous(sl.user, sl.anon)
 	case actHello:
 		if sl.arg != 0 {
 			s.proto = int(sl.arg)
 		}
-		if sl.user != "" {
-			s.ident = srv.ids.user(sl.user)
+		if sl.user != "" || sl.anon {
+			s.ident = srv.ids.userOrAnonymous(sl.user, sl.anon)
 		}
 	case actReset:
 		s.endMulti()
@@ -229,8 +279,7 @@ func (s *session) confirm(sl *slot) {
 		s.subs = [3]int64{}
 	case actMulti:
 		s.multi = true
-	case actExec:
-		s.endMulti()
+		s.txQueued = 0
 	case actTracking:
 		s.tracking = sl.arg == 1
 	case actAuthRules:
@@ -240,7 +289,7 @@ func (s *session) confirm(sl *slot) {
 }
 
 // endMulti releases the writes queued in a transaction: it ran (EXEC) or
-// was dropped (DISCARD, RESET).
+// was dropped (DISCARD, RESET, EXECABORT).
 func (s *session) endMulti() {
 	s.multi = false
 	if s.multiRules {
@@ -255,6 +304,8 @@ func (s *session) endMulti() {
 		s.releaseHold(h)
 	}
 	s.multiStripes, s.multiHolds = s.multiStripes[:0], s.multiHolds[:0]
+	s.multiActs = s.multiActs[:0]
+	s.txQueued, s.txDBSet = 0, false
 }
 
 // readReplied handles the reply to a GET/HGET Cicada follows: a proof of

@@ -28,7 +28,8 @@ const (
 	actHello            // arg = protocol (0: unchanged); user = user name when AUTH was given
 	actReset            // RESET
 	actMulti            // MULTI
-	actExec             // EXEC or DISCARD: queued writes end
+	actExec             // EXEC: queued writes and state changes take effect
+	actDiscard          // DISCARD: queued writes end unexecuted
 	actTracking         // CLIENT TRACKING; arg = 1 on, 0 off
 	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
 )
@@ -53,7 +54,15 @@ type slot struct {
 	stripes int32 // write stripes to release (front of session.stripes)
 	arg     int64
 	user    string
+	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	read    *readInfo // GET/HGET bookkeeping, rare
+}
+
+// queuedAct is a connection state change queued in a transaction: it takes
+// effect at EXEC if element idx of EXEC's reply is not an error.
+type queuedAct struct {
+	idx int
+	sl  slot
 }
 
 // readInfo follows a forwarded GET/HGET whose reply Cicada wants: a fill
@@ -103,8 +112,7 @@ type session struct {
 	opaqueSend      bool // an opaque slot is queued: no local answers, no bookkeeping
 	opaqueRecv      bool // the opaque slot was reached: replies pass unframed
 	rawRequests     bool // a protocol error: client bytes pass unparsed
-	opaqueAfterExec bool // a command changing connection state was queued in MULTI
-	multiSelect     bool // ... and it was a SELECT: the db after EXEC is unknown
+	opaqueAfterExec bool // a (un)subscribe command was queued in MULTI
 	multiRules      bool // CONFIG SET or ACL changes queued in MULTI
 	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool // parsing waits until every reply is in
@@ -113,6 +121,19 @@ type session struct {
 	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
 	multiStripes []uint32
 	multiHolds   []hold
+	// State changes queued inside MULTI, applied from EXEC's reply.
+	multiActs []queuedAct
+	txQueued  int   // commands Redis answered +QUEUED since MULTI
+	txState   bool  // a state change was sent in MULTI: pause after EXEC
+	txDB      int64 // the db a queued SELECT switches to at EXEC
+	txDBSet   bool  // ... when one was queued
+	// accepted is set by Redis's first reply that is not an error: until
+	// then Redis may still refuse the connection (maxclients, protected
+	// mode), so nothing is answered locally.
+	accepted bool
+	// lastForward is the coarse clock when a request last went to Redis,
+	// so a connection Redis would time out is refreshed (see idleRefresh).
+	lastForward int64
 	// Suspensions held until the connection closes (writes of unknown
 	// keys in opaque mode).
 	closeHolds int
@@ -149,7 +170,7 @@ type upstreamLink struct{ s *session }
 // sent it a message that is still on its way through Cicada, and a local
 // answer could overtake it.
 func (s *session) canAnswer() bool {
-	return !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests && !s.subscribed()
+	return s.accepted && !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests && !s.subscribed()
 }
 
 func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }

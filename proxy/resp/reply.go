@@ -15,6 +15,9 @@ const (
 	// FrameElems is how many leading elements of a top-level aggregate
 	// Frame summarizes.
 	FrameElems = 3
+	// MaxElemTypes is how many element types of a top-level aggregate
+	// ElemType can report.
+	MaxElemTypes = 4096
 )
 
 // RESP type bytes (RESP2 and RESP3).
@@ -85,6 +88,17 @@ type ReplyFramer struct {
 	cur      *Elem // the value being read, when it is summarized; else nil
 	started  bool  // a top-level reply is in progress
 	frame    Frame
+	types    []byte // type bytes of the top-level aggregate's elements
+}
+
+// ElemType returns the type byte of element i of the last complete
+// top-level aggregate (attributes skipped); ok=false past its end or past
+// MaxElemTypes.
+func (f *ReplyFramer) ElemType(i int) (t byte, ok bool) {
+	if i < 0 || i >= len(f.types) {
+		return 0, false
+	}
+	return f.types[i], true
 }
 
 // Frame returns the summary of the reply that the last Feed completed.
@@ -106,6 +120,7 @@ func (f *ReplyFramer) Feed(b []byte) (n int, done bool, err error) {
 		if !f.started {
 			f.started = true
 			f.frame = Frame{}
+			f.types = f.types[:0]
 		}
 		var valueEnded bool
 		switch {
@@ -185,6 +200,10 @@ func (f *ReplyFramer) Feed(b []byte) (n int, done bool, err error) {
 func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	t := b[0]
 	f.cur = f.summaryTarget()
+	if len(f.stack) == 1 && !f.stack[0].attr && t != TypeAttribute && len(f.types) < MaxElemTypes &&
+		int64(len(f.types)) == f.stack[0].count-f.stack[0].left {
+		f.types = append(f.types, t)
+	}
 	switch t {
 	case TypeSimple, TypeError, TypeInteger, TypeNull, TypeDouble, TypeBool, TypeBigNumber:
 		f.startElem(t)

@@ -116,6 +116,25 @@ func TestReplyFramerElems(t *testing.T) {
 	}
 }
 
+func TestReplyFramerElemTypes(t *testing.T) {
+	in := "*4\r\n+OK\r\n|1\r\n+a\r\n+b\r\n-ERR x\r\n*1\r\n:1\r\n$1\r\nv\r\n"
+	var f ReplyFramer
+	if _, done, err := f.Feed([]byte(in)); !done || err != nil {
+		t.Fatalf("Feed = %v, %v", done, err)
+	}
+	var got []byte
+	for i := 0; ; i++ {
+		ty, ok := f.ElemType(i)
+		if !ok {
+			break
+		}
+		got = append(got, ty)
+	}
+	if string(got) != "+-*$" {
+		t.Errorf("element types %q, want %q", got, "+-*$")
+	}
+}
+
 func TestReplyFramerErrors(t *testing.T) {
 	bad := []string{
 		"x\r\n", "+OK\n", "$3\r\nabcXX", "$-2\r\n", "*-2\r\n", "%-1\r\n", ":12a\r\n", "#x\r\n", "_x\r\n",

@@ -77,3 +77,55 @@ func TestACLKeyPatterns(t *testing.T) {
 		t.Fatalf("GET after the permission was revoked: %v, want NOPERM", err)
 	}
 }
+
+// TestUncertainIdentity: when Cicada cannot tell which user Redis now
+// authenticates a connection as (HELLO that authenticates and then fails on
+// SETNAME; a user name too long to capture), that connection's reads must
+// prove nothing for anybody else.
+func TestUncertainIdentity(t *testing.T) {
+	long := strings.Repeat("u", 5000)
+	p := newPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw"})
+	for _, srv := range []string{p.direct.Addr, p.behind.Addr} {
+		rc := redis.NewClient(&redis.Options{Addr: srv, Password: "pw", DisableIdentity: true})
+		mustDo(t, rc, "SET", "secret", "classified")
+		mustDo(t, rc, "ACL", "SETUSER", long, "on", ">pw", "~public:*", "+@all")
+		rc.Close()
+	}
+	authed := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Password: "pw", DisableIdentity: true})
+	defer authed.Close()
+	warmKey(t, p.proxy, authed, "GET", "secret")
+	p.compare(t, send(cmds([]string{"HELLO", "2", "AUTH", "default", "pw", "SETNAME", "bad name"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
+	p.compare(t, send(cmds([]string{"PING"}, []string{"GET", "secret"})))
+	p.compare(t, send(cmds([]string{"AUTH", long, "pw"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
+	p.compare(t, send(cmds([]string{"HELLO", "2", "AUTH", long, "pw"}, []string{"GET", "secret"})))
+}
+
+// TestMaxClients: a connection Redis refuses gets Redis's refusal, never a
+// cached value first.
+func TestMaxClients(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{}, "--maxclients", "8")
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "hot", "v")
+	warmKey(t, p, rc, "GET", "hot")
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 20 {
+		out, closed := converse(t, p.Addr, []step{send(cmds([]string{"GET", "hot"}, []string{"GET", "hot"}))}, 300e6)
+		if closed {
+			if string(out) != "-ERR max number of clients reached\r\n" {
+				t.Fatalf("refused connection got %q", out)
+			}
+			return
+		}
+		c, err := net.Dial("tcp", r.Addr) // use up Redis's connections
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	t.Fatal("Redis never refused a connection")
+}

@@ -344,3 +344,55 @@ func TestBypassFlush(t *testing.T) {
 		t.Errorf("flushes seen: %d, want 2", p.Sub.Flushes())
 	}
 }
+
+// TestTransactions: state changes and writes inside MULTI, refused MULTI,
+// EXECABORT; the cache must follow each and never stay suspended.
+func TestTransactions(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	rc := client(t, p.Addr, 2)
+	db1 := redis.NewClient(&redis.Options{Addr: p.Addr, DB: 1, DisableIdentity: true})
+	defer db1.Close()
+	mustDo(t, client(t, r.Addr, 2), "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "+@all", "-multi")
+
+	// A go-redis transaction that selects db 1 and writes there.
+	mustDo(t, db1, "SET", "k", "old")
+	warmKey(t, p, db1, "GET", "k")
+	conn := rc.Conn()
+	if _, err := conn.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Select(ctx, 1)
+		pipe.Set(ctx, "k", "tx", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Set(ctx, "k", "after", 0).Err(); err != nil { // now in db 1
+		t.Fatal(err)
+	}
+	conn.Close()
+	if got := db1.Get(ctx, "k").Val(); got != "after" {
+		t.Fatalf("db 1 k = %q, want after", got)
+	}
+	if p.Cache.Suspended() {
+		t.Fatal("cache suspended after a transaction with SELECT")
+	}
+
+	// MULTI refused by ACL, then SELECT and a write: not queued at all.
+	warmKey(t, p, db1, "GET", "k")
+	out, _ := converse(t, p.Addr, []step{send(cmds([]string{"AUTH", "nomulti", "pw"}, []string{"MULTI"},
+		[]string{"SELECT", "1"}, []string{"SET", "k", "no-tx"}))}, 300e6)
+	if !strings.Contains(string(out), "NOPERM") {
+		t.Fatalf("MULTI was not refused: %q", out)
+	}
+	if got := db1.Get(ctx, "k").Val(); got != "no-tx" {
+		t.Fatalf("db 1 k after a refused MULTI = %q, want no-tx", got)
+	}
+
+	// EXECABORT and WATCH failure release everything.
+	warmKey(t, p, rc, "GET", "k0")
+	converse(t, p.Addr, []step{send(cmds([]string{"MULTI"}, []string{"FLUSHDB"}, []string{"NOSUCHCMD"}, []string{"EXEC"}))}, 300e6)
+	if p.Cache.Suspended() {
+		t.Fatal("cache suspended after EXECABORT")
+	}
+	warmKey(t, p, rc, "GET", "k0")
+}

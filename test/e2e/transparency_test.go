@@ -106,7 +106,7 @@ func TestTransparency(t *testing.T) {
 			send(cmd("GET", "hot")),
 		}, false},
 		{"CLIENT REPLY", []step{send(cmds(
-			[]string{"GET", "hot"}, []string{"CLIENT", "REPLY", "SKIP"}, []string{"GET", "hot"}, []string{"GET", "hot2"},
+			[]string{"PING"}, []string{"GET", "hot"}, []string{"CLIENT", "REPLY", "SKIP"}, []string{"GET", "hot"}, []string{"GET", "hot2"},
 			[]string{"CLIENT", "REPLY", "OFF"}, []string{"GET", "hot"}, []string{"SET", "z", "1"}, []string{"CLIENT", "REPLY", "ON"},
 			[]string{"GET", "z"}, []string{"GET", "hot"},
 		))}, true},
@@ -120,7 +120,8 @@ func TestTransparency(t *testing.T) {
 			[]string{"SET", "big", strings.Repeat("\x00\r\n\xfe", 300000)}, []string{"GET", "big"}, []string{"STRLEN", "big"},
 			[]string{"SET", "mid", strings.Repeat("ab\r\n", 10000)}, []string{"GET", "mid"}, []string{"GET", "mid"}, []string{"GET", "mid"},
 		))}, false},
-		{"QUIT", []step{send(cmds([]string{"GET", "hot"}, []string{"QUIT"}, []string{"GET", "hot"}))}, true},
+		{"QUIT", []step{send(cmds([]string{"PING"}, []string{"GET", "hot"}, []string{"QUIT"}, []string{"GET", "hot"}))}, true},
+		{"first request of a connection goes to Redis", []step{send(cmd("GET", "hot"))}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
