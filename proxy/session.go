@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
@@ -86,13 +88,15 @@ type readInfo struct {
 // session is one client connection and its upstream connection. Owned by
 // the event loop of both.
 type session struct {
-	srv    *Server
-	loop   *loopState
-	client gnet.Conn
-	up     gnet.Conn // nil until the upstream connection is enrolled
-	closed bool      // the client connection is closed (or closing)
-	gone   bool      // both sides are being torn down; release done
-	upLink *upstreamLink
+	srv       *Server
+	loop      *loopState
+	client    gnet.Conn
+	up        gnet.Conn     // nil until the upstream connection is enrolled
+	closed    bool          // the client connection is closed (or closing)
+	upClosed  bool          // the upstream connection is closed
+	drainWait time.Duration // closeWhenFlushed's current poll interval
+	gone      bool          // both sides are being torn down; release done
+	upLink    *upstreamLink
 
 	parser *resp.RequestParser
 	framer resp.ReplyFramer
@@ -179,6 +183,14 @@ func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }
 func (s *session) onClientTraffic() gnet.Action {
 	if s.closed {
 		return gnet.Close
+	}
+	if s.upClosed {
+		// Redis closed the connection: it reads nothing more.
+		if n := s.client.InboundBuffered(); n > 0 {
+			_, _ = s.client.Discard(n)
+		}
+		s.closeWhenFlushed()
+		return gnet.None
 	}
 	if int64(s.client.InboundBuffered()) > s.srv.cfg.QueryBufferLimit {
 		s.srv.log.Warn("closing client that reached max query buffer length",
@@ -310,11 +322,28 @@ func (s *session) onClientClose() {
 // onUpstreamClose tears the session down after Redis closed the connection
 // (QUIT, CLIENT KILL, a restart): the client sees the same close.
 func (s *session) onUpstreamClose() {
-	if !s.closed {
+	s.upClosed = true
+	s.release()
+	s.closeWhenFlushed()
+}
+
+// closeWhenFlushed closes the client once gnet has written every reply
+// still pending for it (gnet's Close would make only one attempt): Redis
+// too writes everything before it closes a connection. It polls with Wake,
+// gnet having no "drained" callback; a client that never reads stays until
+// it goes away.
+func (s *session) closeWhenFlushed() {
+	if s.closed {
+		return
+	}
+	if s.client.OutboundBuffered() == 0 {
 		s.closed = true
 		_ = s.client.Close()
+		return
 	}
-	s.release()
+	s.drainWait = min(max(2*s.drainWait, time.Millisecond), 100*time.Millisecond)
+	c := s.client
+	time.AfterFunc(s.drainWait, func() { _ = c.Wake(nil) })
 }
 
 // release gives back everything the session holds in shared state: write

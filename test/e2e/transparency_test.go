@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -209,4 +211,30 @@ func TestSegmented(t *testing.T) {
 	p.compare(t, send(cmd("BLPOP", "q", "0.2")), pause(ms), send(cmd("GET", "hot")), pause(400*ms/30*10))
 	p.compare(t, send(cmd("INCR", "counter")), send(cmd("GET", "hot")), send(cmd("HGET", "h", "f")))
 	p.compare(t, send(cmds([]string{"PING"}, []string{"GET", "hot2"}, []string{"LRANGE", "list", "0", "-1"}, []string{"PING"})))
+}
+
+// TestCloseAfterBigReply: when Redis closes a connection right after a big
+// reply (QUIT, a protocol error), the client still gets every byte before
+// the close, even when it reads slowly.
+func TestCloseAfterBigReply(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	big := strings.Repeat("x", 8<<20)
+	mustDo(t, client(t, r.Addr, 2), "SET", "big", big)
+	for _, tail := range []string{cmd("QUIT"), "*x\r\n"} {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(cmd("GET", "big") + tail)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // let buffers fill while the client does not read
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		want := len("$8388608\r\n") + len(big) + 2
+		if err != nil || len(got) < want {
+			t.Fatalf("%q: read %d bytes (%v), want at least %d and then the close", tail, len(got), err, want)
+		}
+	}
 }
