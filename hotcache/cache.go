@@ -457,17 +457,23 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	return true
 }
 
+// Epoch returns the cache's epoch, which every Flush, Suspend and Resume
+// changes; pass it to AddReader when the read is sent.
+func (c *Cache) Epoch() uint64 { return c.epoch.Load() }
+
 // AddReader records that Redis answered ident's GET (field nil) or HGET of
-// a cached key with a value, so ident may be answered from the cache.
-func (c *Cache) AddReader(db int, h uint64, key, field []byte, isField bool, ident uint32) {
+// a cached key with a value, so ident may be answered from the cache. epoch
+// is Epoch() when the read was sent: if the cache was flushed since (as on
+// an ACL change), the proof may be outdated and is dropped.
+func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isField bool, ident uint32) {
 	e := c.find(db, h, key)
 	if e == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slots[e.rec.slot].Load() != e {
-		return // replaced meanwhile; a later read proves it again
+	if c.slots[e.rec.slot].Load() != e || c.epoch.Load() != epoch {
+		return // replaced or flushed meanwhile; a later read proves it again
 	}
 	old := e.get
 	if isField {

@@ -73,7 +73,14 @@ func TestGetHitMissAndNil(t *testing.T) {
 	if _, st := c.Get(1, HashString(1, "k"), []byte("k"), 1, 2); st != Miss {
 		t.Errorf("db 1: got %v, want Miss", st)
 	}
-	c.AddReader(0, HashString(0, "k"), []byte("k"), nil, false, 2)
+	epoch := c.Epoch()
+	c.Flush()
+	fill(t, c, "k", "", false, []byte("$5\r\nhello\r\n"), 0)
+	c.AddReader(epoch, 0, HashString(0, "k"), []byte("k"), nil, false, 2)
+	if _, st := get(c, "k", 2, 2); st != Unproven {
+		t.Errorf("proof from before a flush: %v, want Unproven", st)
+	}
+	c.AddReader(c.Epoch(), 0, HashString(0, "k"), []byte("k"), nil, false, 2)
 	if got, st := get(c, "k", 2, 2); st != Hit || got != "$5\r\nhello\r\n" {
 		t.Errorf("after AddReader: got %q %v, want hit", got, st)
 	}

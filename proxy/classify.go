@@ -185,12 +185,13 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 	if effect == command.EffectNone {
 		return
 	}
-	cache.Suspend()
 	if s.opaqueSend {
-		cache.Flush()
-		s.closeHolds++
+		// Its completion is not observable: treat it like a write from
+		// outside Cicada, and keep the cache empty while it most likely runs.
+		s.srv.suspendFor(opaqueHold)
 		return
 	}
+	cache.Suspend()
 	if effect == command.EffectFlush {
 		sl.hold = holdFlush
 	} else {
@@ -265,11 +266,15 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
 	switch st {
 	case hotcache.Hit:
+		if r := srv.idleRefresh.Load(); r > 0 && srv.clock.Load()-s.lastForward > r {
+			break // let Redis see this one, or it closes the connection as idle
+		}
 		s.loop.out = append(s.loop.out, reply...)
 		s.loop.stats.hits.Add(1)
 		return decideLocal, true
 	case hotcache.Unproven:
-		return s.forwardRead(&readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField}), true
+		return s.forwardRead(&readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,
+			epoch: srv.cache.Epoch()}), true
 	case hotcache.Miss:
 		if !srv.det.IsHot(dh) {
 			break

@@ -242,7 +242,10 @@ func (s *session) applyTx() {
 	}
 }
 
-var queuedReply = []byte("QUEUED")
+var (
+	queuedReply = []byte("QUEUED")
+	hllMagic    = []byte("HYLL")
+)
 
 // releaseHold ends a cache suspension taken when the request was sent.
 func (s *session) releaseHold(h hold) {
@@ -317,7 +320,7 @@ func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
 		return
 	}
 	if !ri.fill {
-		s.srv.cache.AddReader(ri.db, ri.h, ri.key, ri.field, ri.isField, s.ident)
+		s.srv.cache.AddReader(ri.epoch, ri.db, ri.h, ri.key, ri.field, ri.isField, s.ident)
 		return
 	}
 	if s.overflow {
@@ -325,6 +328,11 @@ func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
 	}
 	ri.isNil = v.Null
 	if !v.Null {
+		if bytes.HasPrefix(v.Head(), hllMagic) {
+			// A HyperLogLog: PFCOUNT rewrites its cached cardinality with
+			// no notification, so its bytes cannot be kept.
+			return
+		}
 		ri.reply = append(ri.reply[:0], s.capture...)
 		ri.valueLen = int(v.Len)
 	}

@@ -45,6 +45,9 @@ type Notifications interface {
 	Reconnects() uint64
 	// Flushes is how many FLUSHALL/FLUSHDB Redis reported, from any client.
 	Flushes() uint64
+	// IdleTimeout is Redis's timeout setting: how long a client may send
+	// nothing before Redis closes it; 0 for none.
+	IdleTimeout() time.Duration
 }
 
 // Config configures a Server.
@@ -95,6 +98,15 @@ type Server struct {
 	loopsMu sync.Mutex // guards the following
 	loops   map[gnet.EventLoop]*loopState
 	order   []*loopState
+
+	// clock is a coarse monotonic clock (ns since start) advanced by the
+	// janitor every sub-window, read on the hit path instead of the time.
+	clock atomic.Int64
+	// idleRefresh is half Redis's idle timeout in ns (0: none): a
+	// connection whose requests were all answered locally for that long has
+	// its next GET forwarded, so Redis does not close it as idle.
+	idleRefresh atomic.Int64
+	start       time.Time
 
 	conns          atomic.Int64 // client connections open
 	connsTotal     atomic.Uint64
@@ -158,6 +170,7 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		dialer:     net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
 		maxCapture: cfg.MaxValue + 32,
 		booted:     make(chan struct{}),
+		start:      time.Now(),
 		loops:      map[gnet.EventLoop]*loopState{},
 	}, nil
 }
@@ -215,6 +228,8 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
+			srv.clock.Store(int64(now.Sub(srv.start)))
+			srv.idleRefresh.Store(int64(srv.fencer.IdleTimeout() / 2))
 			srv.det.Advance(now)
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
@@ -251,6 +266,20 @@ func (srv *Server) inflight() int64 {
 		n += l.stats.inflight.Load()
 	}
 	return n
+}
+
+// opaqueHold is how long the cache answers nothing after a write whose
+// completion Cicada cannot observe (opaque connections, protocol errors).
+const opaqueHold = time.Second
+
+// suspendFor flushes the cache and suspends it for d.
+func (srv *Server) suspendFor(d time.Duration) {
+	srv.cache.Suspend()
+	srv.cache.Flush()
+	time.AfterFunc(d, func() {
+		srv.cache.Flush()
+		srv.cache.Resume()
+	})
 }
 
 // OnBoot records the engine. Runs before the loops start.

@@ -78,6 +78,7 @@ type readInfo struct {
 	isField bool
 	fill    bool
 	ticket  hotcache.Ticket
+	epoch   uint64 // cache epoch at send, for a proof of permission
 	sentAt  int64
 	// Set when the GET/HGET reply arrived and the PTTL reply is awaited.
 	reply    []byte
@@ -138,9 +139,6 @@ type session struct {
 	// lastForward is the coarse clock when a request last went to Redis,
 	// so a connection Redis would time out is refreshed (see idleRefresh).
 	lastForward int64
-	// Suspensions held until the connection closes (writes of unknown
-	// keys in opaque mode).
-	closeHolds int
 
 	// Reply side, per frame.
 	swallowing bool
@@ -264,6 +262,7 @@ func (s *session) processClient() {
 	}
 	s.flushOut()
 	if len(l.upv) > 0 && !s.gone {
+		s.lastForward = s.srv.clock.Load()
 		if _, err := s.up.Writev(l.upv); err != nil {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))
 		}
@@ -284,13 +283,13 @@ func (s *session) flushOut() {
 
 // protocolError handles a request Redis will reject with a protocol error:
 // its bytes and everything after go to Redis unparsed (Redis replies and
-// closes the connection) and the cache stays suspended until this
-// connection is gone, since Cicada can no longer see its writes.
+// closes the connection). Should Redis not close it, its writes are unseen
+// like those of a client of Redis itself: the cache is flushed and answers
+// nothing for opaqueHold.
 func (s *session) protocolError() {
 	s.rawRequests = true
 	s.pushOpaque()
-	s.srv.cache.Suspend()
-	s.closeHolds++
+	s.srv.suspendFor(opaqueHold)
 }
 
 // pushOpaque queues the point after which replies pass unframed.
@@ -367,10 +366,6 @@ func (s *session) release() {
 		cache.EndWrite(st)
 	}
 	for range s.multiHolds {
-		cache.Flush()
-		cache.Resume()
-	}
-	for ; s.closeHolds > 0; s.closeHolds-- {
 		cache.Flush()
 		cache.Resume()
 	}

@@ -17,7 +17,9 @@
 //	  │     pong n    ─► every fence requested before PING n is released
 //	  │     error, silence past the check interval, or the classes removed
 //	  │               ─► cache.Suspend(): not ready; reconnect with backoff
-//	  └─ every CheckInterval: PING (liveness) and CONFIG GET (classes intact)
+//	  └─ every CheckInterval (control.go): PING (liveness), CONFIG GET
+//	     (classes intact, Redis's idle timeout), INFO commandstats (a SWAPDB,
+//	     flush or DEBUG nobody reported flushes the cache)
 //
 // A fence relies on Redis queueing a write's notifications on this
 // connection while it executes the write: once the write's reply has reached
@@ -86,8 +88,10 @@ type Subscriber struct {
 	cache *hotcache.Cache
 	log   *zap.Logger
 
-	ready      atomic.Bool  // subscription confirmed, classes verified
-	maxBulk    atomic.Int64 // Redis's proto-max-bulk-len, 0 until read
+	ready      atomic.Bool           // subscription confirmed, classes verified
+	maxBulk    atomic.Int64          // Redis's proto-max-bulk-len, 0 until read
+	idle       atomic.Int64          // Redis's timeout (client idle limit) in ns, 0 = none
+	ctlErr     atomic.Pointer[error] // why the control goroutine ended the session
 	events     atomic.Uint64
 	reconnects atomic.Uint64
 	flushes    atomic.Uint64 // flushes of Redis seen through tracking
@@ -98,7 +102,8 @@ type Subscriber struct {
 	verify    bool       // the next PING waits for a check of the classes
 	kick      chan struct{}
 
-	down bool // Run: the cache is suspended on our behalf
+	down     bool             // Run: the cache is suspended on our behalf
+	counters map[string]int64 // Run (session, control): last INFO commandstats calls of watched commands
 }
 
 // New returns a Subscriber for cache. The cache is suspended until the
@@ -120,6 +125,10 @@ func (s *Subscriber) Ready() bool { return s.ready.Load() }
 // MaxBulkLen returns Redis's proto-max-bulk-len in bytes, or 0 when it has
 // not been read yet.
 func (s *Subscriber) MaxBulkLen() int64 { return s.maxBulk.Load() }
+
+// IdleTimeout returns Redis's timeout setting (how long a client may stay
+// idle before Redis closes it), 0 for none or not read yet.
+func (s *Subscriber) IdleTimeout() time.Duration { return time.Duration(s.idle.Load()) }
 
 // Events returns the keyspace notifications received since start.
 func (s *Subscriber) Events() uint64 { return s.events.Load() }
@@ -243,7 +252,9 @@ func (s *Subscriber) options(name string) *redis.Options {
 func (s *Subscriber) session(ctx context.Context) error {
 	ctl := redis.NewClient(s.options("cicada-control"))
 	defer ctl.Close()
-	if err := s.ensureClasses(ctx, ctl); err != nil {
+	s.ctlErr.Store(nil)
+	s.counters = nil // the flush at up() covers anything before the baseline
+	if err := s.checkRedis(ctx, ctl); err != nil {
 		return err
 	}
 	var subID atomic.Int64
@@ -282,19 +293,10 @@ func (s *Subscriber) session(ctx context.Context) error {
 			var ne interface{ Timeout() bool }
 			switch {
 			case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
-				if time.Since(lastHeard) > 2*s.cfg.CheckInterval {
+				// The control goroutine pings every interval: silence
+				// means the connection is dead.
+				if time.Since(lastHeard) > 3*s.cfg.CheckInterval {
 					return ErrSilent
-				}
-				if err := s.ensureClasses(ctx, ctl); err != nil {
-					return err
-				}
-				if tracking != nil {
-					if err := tracking.Ping(ctx).Err(); err != nil {
-						return fmt.Errorf("keyspace: flush-watch connection: %w", err)
-					}
-				}
-				if err := ps.Ping(ctx, "alive"); err != nil {
-					return fmt.Errorf("keyspace: ping: %w", err)
 				}
 				continue
 			case isFlushSignal(err):
@@ -302,6 +304,9 @@ func (s *Subscriber) session(ctx context.Context) error {
 				s.cache.Flush()
 				s.flushes.Add(1)
 				continue
+			}
+			if e := s.controlErr(); e != nil {
+				return e
 			}
 			return fmt.Errorf("keyspace: receive: %w", err)
 		}
@@ -337,7 +342,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 				pinger.Add(1)
 				go func() {
 					defer pinger.Done()
-					s.pingFences(sctx, ps, ctl)
+					s.control(sctx, ps, ctl, tracking)
 				}()
 			default:
 				// go-redis re-subscribed on a new connection: events may
@@ -363,101 +368,6 @@ func (s *Subscriber) up() {
 		s.log.Info("keyspace notifications established")
 	}
 	s.ready.Store(true)
-}
-
-// pingFences sends one PING carrying the current fence count whenever new
-// fences were requested; its PONG releases them (see Run). When a fence
-// asked for it, the notification classes are checked first; if they are
-// gone the subscription is closed, which suspends the cache.
-func (s *Subscriber) pingFences(ctx context.Context, ps *redis.PubSub, ctl *redis.Client) {
-	var sent uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.kick:
-		}
-		s.fmu.Lock()
-		n, verify := s.requested, s.verify
-		s.verify = false
-		s.fmu.Unlock()
-		if n == sent {
-			continue
-		}
-		if verify {
-			if err := s.ensureClasses(ctx, ctl); err != nil {
-				s.log.Warn("notification classes check failed", zap.Error(err))
-				_ = ps.Close() // the receive loop fails and reconnects
-				return
-			}
-		}
-		if err := ps.Ping(ctx, strconv.FormatUint(n, 10)); err != nil {
-			return // the receive loop sees the broken connection
-		}
-		sent = n
-	}
-}
-
-// ensureClasses checks notify-keyspace-events, adds the missing classes when
-// allowed (flushing the cache: writes in the gap were not notified), and
-// reads proto-max-bulk-len.
-func (s *Subscriber) ensureClasses(ctx context.Context, ctl *redis.Client) error {
-	cur, err := getConfig(ctx, ctl, "notify-keyspace-events")
-	if err != nil {
-		return err
-	}
-	if missing := missingClasses(cur); missing != "" {
-		if !s.cfg.Configure {
-			return ErrNotConfigured
-		}
-		merged := cur + missing
-		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
-			return fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
-		}
-		// Writes made while the classes were missing sent no notification.
-		s.cache.Flush()
-		s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
-		if cur, err = getConfig(ctx, ctl, "notify-keyspace-events"); err != nil {
-			return err
-		}
-		if missing := missingClasses(cur); missing != "" {
-			return fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
-		}
-	}
-	if v, err := getConfig(ctx, ctl, "proto-max-bulk-len"); err == nil {
-		if n, perr := strconv.ParseInt(v, 10, 64); perr == nil {
-			s.maxBulk.Store(n)
-		}
-	}
-	return nil
-}
-
-func getConfig(ctx context.Context, ctl *redis.Client, name string) (string, error) {
-	m, err := ctl.ConfigGet(ctx, name).Result()
-	if err != nil {
-		return "", fmt.Errorf("keyspace: CONFIG GET %s: %w", name, err)
-	}
-	v, ok := m[name]
-	if !ok {
-		return "", fmt.Errorf("keyspace: CONFIG GET %s: no value", name)
-	}
-	return v, nil
-}
-
-// missingClasses returns the classes of needed absent from flags, as
-// notify-keyspace-events letters; 'A' stands for all of g$lshzxetd.
-func missingClasses(flags string) string {
-	var missing strings.Builder
-	for _, c := range needed {
-		if strings.ContainsRune(flags, c) {
-			continue
-		}
-		if c != 'K' && strings.ContainsRune(flags, 'A') {
-			continue
-		}
-		missing.WriteRune(c)
-	}
-	return missing.String()
 }
 
 // parseChannel splits "__keyspace@<db>__:<key>".

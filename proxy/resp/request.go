@@ -246,6 +246,12 @@ func (p *RequestParser) parseInline(b []byte) (int, Result) {
 		}
 		return 0, NeedMore
 	}
+	if nl > MaxInlineSize {
+		// Redis reads at most 16 KiB at a time and gives up once 64 KiB
+		// wait without a line end; a longer line fails there, unless its
+		// end arrived in the read that crossed the limit.
+		return 0, p.fail(errTooBigInline)
+	}
 	line := b[:nl]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]

@@ -396,3 +396,79 @@ func TestTransactions(t *testing.T) {
 	}
 	warmKey(t, p, rc, "GET", "k0")
 }
+
+// TestUnnotifiedChanges: changes that send no keyspace notification, made
+// by a script through Cicada or directly on Redis, are not served stale.
+func TestUnnotifiedChanges(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	rc := client(t, p.Addr, 2)
+	direct := client(t, r.Addr, 2)
+	setDBs := func() {
+		mustDo(t, direct, "FLUSHALL")
+		mustDo(t, direct, "SET", "k", "db0")
+		mustDo(t, direct, "EVAL", "redis.call('SELECT', 1) redis.call('SET', 'k', 'db1') return 1", "0")
+		warmKey(t, p, rc, "GET", "k")
+	}
+	// SWAPDB inside a script sent through Cicada: seen before the reply.
+	setDBs()
+	mustDo(t, rc, "EVAL", "return redis.call('SWAPDB', 0, 1)", "0")
+	if got := rc.Get(ctx, "k").Val(); got != "db1" {
+		t.Fatalf("GET after SWAPDB in a script = %q, want db1", got)
+	}
+	// SWAPDB sent directly: seen within the check interval.
+	setDBs()
+	mustDo(t, direct, "SWAPDB", "0", "1")
+	waitFor(t, func() bool { return rc.Get(ctx, "k").Val() == "db1" })
+	// The flush-watch connection killed, then a direct FLUSHALL: the
+	// command counters still reveal it.
+	setDBs()
+	for _, line := range strings.Split(direct.ClientList(ctx).Val(), "\n") {
+		if strings.Contains(line, " name=cicada-flush-watch ") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			mustDo(t, direct, "CLIENT", "KILL", "ID", id)
+		}
+	}
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "FLUSHALL")
+	waitFor(t, func() bool { return rc.Get(ctx, "k").Err() == redis.Nil })
+	// Notification classes removed directly while writes keep the
+	// subscription busy: restored, and nothing stale survives it.
+	mustDo(t, direct, "SET", "k", "v0")
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "CONFIG", "SET", "notify-keyspace-events", "")
+	for i := 1; i <= 50; i++ {
+		want := "v" + strconv.Itoa(i)
+		mustDo(t, rc, "EVAL", "redis.call('SET', 'k', ARGV[1]) return 1", "0", want)
+		mustDo(t, rc, "SET", "other", want) // keeps events flowing
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, func() bool { return rc.Get(ctx, "k").Val() == "v50" })
+	ev := client(t, r.Addr, 2).ConfigGet(ctx, "notify-keyspace-events").Val()["notify-keyspace-events"]
+	if !strings.ContainsRune(ev, 'K') {
+		t.Errorf("notify-keyspace-events = %q after the check interval, want K restored", ev)
+	}
+}
+
+// TestRedisIdleTimeout: with Redis's timeout set, a client whose GETs are
+// all answered by Cicada is not closed as idle: Cicada forwards one now and
+// then.
+func TestRedisIdleTimeout(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{}, "--timeout", "1")
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "hot", "v")
+	waitFor(t, func() bool { return p.Sub.IdleTimeout() == time.Second })
+	conn := rc.Conn()
+	defer conn.Close()
+	ctx := context.Background()
+	before := hits(p)
+	for i := 0; i < 30; i++ {
+		if err := conn.Get(ctx, "hot").Err(); err != nil {
+			t.Fatalf("GET %d on a busy connection: %v", i, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if hits(p)-before < 15 {
+		t.Errorf("only %d of 30 GETs answered locally", hits(p)-before)
+	}
+}

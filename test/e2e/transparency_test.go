@@ -238,3 +238,11 @@ func TestCloseAfterBigReply(t *testing.T) {
 		}
 	}
 }
+
+// TestInlineLimit: an inline request longer than Redis's 64 KiB limit is a
+// protocol error, as Redis reads it.
+func TestInlineLimit(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	setupData(t, p)
+	p.compare(t, send(cmd("PING")+"GET hot"+strings.Repeat(" ", 100000)+"\r\n"))
+}

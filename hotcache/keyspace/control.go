@@ -1,0 +1,204 @@
+package keyspace
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// watched are commands that change data without a keyspace notification
+// for each key, counted by INFO commandstats whoever runs them (a script
+// included): SWAPDB (nothing reports it), FLUSHALL/FLUSHDB (also reported
+// through client tracking, see flushwatch.go), DEBUG (RELOAD and friends),
+// REPLICAOF/SLAVEOF (a full resynchronization loads a new dataset).
+var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "slaveof"}
+
+// control runs beside the receive loop of one subscription: every interval
+// it checks Redis (checkRedis), pings the flush-watch connection and the
+// subscription (so a dead one is noticed, and Redis's timeout never closes
+// them); on a fence request it checks the command counters (and the
+// notification classes if asked) and then sends the PING whose PONG
+// releases the fences. A failure closes the subscription, which ends the
+// session and suspends the cache.
+func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, tracking *redis.Client) {
+	fail := func(err error) {
+		s.ctlErr.Store(&err)
+		_ = ps.Close()
+	}
+	tick := time.NewTicker(s.interval())
+	defer tick.Stop()
+	var sent uint64
+	for {
+		periodic := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-tick.C:
+			periodic = true
+		}
+		if periodic {
+			if err := s.checkRedis(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
+			if tracking != nil {
+				if err := tracking.Ping(ctx).Err(); err != nil {
+					fail(fmt.Errorf("keyspace: flush-watch connection: %w", err))
+					return
+				}
+			}
+			if err := ps.Ping(ctx, "alive"); err != nil {
+				return // the receive loop sees the broken connection
+			}
+			tick.Reset(s.interval())
+		}
+		s.fmu.Lock()
+		n, verify := s.requested, s.verify
+		s.verify = false
+		s.fmu.Unlock()
+		if n == sent {
+			continue
+		}
+		// The writes being fenced have run: anything they did that sends
+		// no notification shows in the counters now.
+		check := s.checkCounters
+		if verify {
+			check = s.checkRedis
+		}
+		if err := check(ctx, ctl); err != nil {
+			fail(err)
+			return
+		}
+		if err := ps.Ping(ctx, strconv.FormatUint(n, 10)); err != nil {
+			return
+		}
+		sent = n
+	}
+}
+
+// controlErr returns the error that made the control goroutine close the
+// subscription, if it did.
+func (s *Subscriber) controlErr() error {
+	if p := s.ctlErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// interval is the check period: CheckInterval, or less when Redis's idle
+// timeout would otherwise close Cicada's quiet connections.
+func (s *Subscriber) interval() time.Duration {
+	d := s.cfg.CheckInterval
+	if idle := s.IdleTimeout(); idle > 0 && idle/2 < d {
+		d = idle / 2
+	}
+	return d
+}
+
+// checkRedis checks notify-keyspace-events, adds the missing classes when
+// allowed (flushing the cache: writes in the gap were not notified), reads
+// proto-max-bulk-len and timeout, and checks the command counters.
+func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
+	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "proto-max-bulk-len", "timeout")
+	_ = ctl.Process(ctx, get)
+	cfg, err := get.Result()
+	if err != nil {
+		return fmt.Errorf("keyspace: CONFIG GET: %w", err)
+	}
+	cur, ok := cfg["notify-keyspace-events"]
+	if !ok {
+		return fmt.Errorf("keyspace: CONFIG GET: no notify-keyspace-events")
+	}
+	if missing := missingClasses(cur); missing != "" {
+		if !s.cfg.Configure {
+			return ErrNotConfigured
+		}
+		merged := cur + missing
+		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
+			return fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
+		}
+		// Writes made while the classes were missing sent no notification.
+		s.cache.Flush()
+		s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
+		after, err := ctl.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			return fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)
+		}
+		if missing := missingClasses(after["notify-keyspace-events"]); missing != "" {
+			return fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
+		}
+	}
+	if n, err := strconv.ParseInt(cfg["proto-max-bulk-len"], 10, 64); err == nil {
+		s.maxBulk.Store(n)
+	}
+	if n, err := strconv.ParseInt(cfg["timeout"], 10, 64); err == nil && n >= 0 {
+		s.idle.Store(int64(time.Duration(n) * time.Second))
+	}
+	return s.checkCounters(ctx, ctl)
+}
+
+// checkCounters reads INFO commandstats and flushes the cache when a
+// watched command ran since the last reading (or the counters were reset).
+func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error {
+	info, err := ctl.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return fmt.Errorf("keyspace: INFO commandstats: %w", err)
+	}
+	now := parseCalls(info, watched)
+	if s.counters != nil {
+		for _, name := range watched {
+			if now[name] != s.counters[name] {
+				s.cache.Flush()
+				s.log.Info("data changed without notifications; cache flushed", zap.String("command", name))
+				break
+			}
+		}
+	}
+	s.counters = now
+	return nil
+}
+
+// parseCalls returns the calls= counts of the named commands in an INFO
+// commandstats reply (0 for a command not listed).
+func parseCalls(info string, names []string) map[string]int64 {
+	calls := make(map[string]int64, len(names))
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, ok := strings.Cut(rest, ":calls=")
+		if !ok {
+			continue
+		}
+		for _, n := range names {
+			if n == name {
+				v, _, _ := strings.Cut(stats, ",")
+				calls[n], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return calls
+}
+
+// missingClasses returns the classes of needed absent from flags, as
+// notify-keyspace-events letters; 'A' stands for all of g$lshzxetd.
+func missingClasses(flags string) string {
+	var missing strings.Builder
+	for _, c := range needed {
+		if strings.ContainsRune(flags, c) {
+			continue
+		}
+		if c != 'K' && strings.ContainsRune(flags, 'A') {
+			continue
+		}
+		missing.WriteRune(c)
+	}
+	return missing.String()
+}
