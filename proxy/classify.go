@@ -40,7 +40,7 @@ func (s *session) onCommand(n int) decision {
 	if d, ok := s.onRead(args, argc); ok {
 		return d
 	}
-	if len(args) > 0 && eqFold(args[0], "quit") {
+	if len(args) > 0 && command.EqualFold(args[0], "quit") {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
 		s.quit = true
@@ -94,11 +94,11 @@ func (s *session) onCommand(n int) decision {
 			pauseAfter = true
 		case "client|tracking":
 			sl.act = actTracking
-			if len(args) > 2 && eqFold(args[2], "on") {
+			if len(args) > 2 && command.EqualFold(args[2], "on") {
 				sl.arg = 1
 			}
 		case "client|reply":
-			if len(args) > 2 && (eqFold(args[2], "off") || eqFold(args[2], "skip")) {
+			if len(args) > 2 && (command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip")) {
 				s.pushOpaque() // the replies that follow cannot be counted
 				s.effects(spec, args, argc, nil)
 				return decideForward
@@ -232,8 +232,8 @@ func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]
 func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	isField := false
 	switch {
-	case argc == 2 && len(args) == 2 && eqFold(args[0], "get") && args[1] != nil:
-	case argc == 3 && len(args) == 3 && eqFold(args[0], "hget") && args[1] != nil && args[2] != nil:
+	case argc == 2 && len(args) == 2 && command.EqualFold(args[0], "get") && args[1] != nil:
+	case argc == 3 && len(args) == 3 && command.EqualFold(args[0], "hget") && args[1] != nil && args[2] != nil:
 		isField = true
 	default:
 		return 0, false
@@ -318,13 +318,13 @@ func parseHello(args [][]byte) (proto int64, user string, anon bool) {
 		switch {
 		case args[i] == nil:
 			return proto, "", true
-		case eqFold(args[i], "auth") && i+2 < len(args):
+		case command.EqualFold(args[i], "auth") && i+2 < len(args):
 			if args[i+1] == nil {
 				return proto, "", true
 			}
 			user = string(args[i+1])
 			i += 2
-		case eqFold(args[i], "setname") && i+1 < len(args):
+		case command.EqualFold(args[i], "setname") && i+1 < len(args):
 			i++
 		}
 	}
@@ -339,24 +339,6 @@ func subKindOf(name string) subKind {
 		return subShard
 	}
 	return subChannel
-}
-
-// eqFold reports whether b equals the lower-case ASCII word lower, ignoring
-// case.
-func eqFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func clone(b []byte) []byte {

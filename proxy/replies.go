@@ -376,27 +376,18 @@ func (s *session) finishFill(fr *resp.Frame) {
 	}
 }
 
-// subConfirmation recognizes a (un)subscribe confirmation by its first
-// element.
+// subConf is a recognized (un)subscribe confirmation.
 type subConf struct{ family subKind }
 
+// subConfirmation recognizes a (un)subscribe confirmation by its first
+// element.
 func subConfirmation(fr *resp.Frame) (subConf, bool) {
 	if fr.Value.Len != 3 {
 		return subConf{}, false
 	}
-	switch string(fr.Elems[0].Head()) {
-	case "subscribe":
-		return subConf{subChannel}, true
-	case "unsubscribe":
-		return subConf{subChannel}, true
-	case "psubscribe":
-		return subConf{subPattern}, true
-	case "punsubscribe":
-		return subConf{subPattern}, true
-	case "ssubscribe":
-		return subConf{subShard}, true
-	case "sunsubscribe":
-		return subConf{subShard}, true
+	switch name := string(fr.Elems[0].Head()); name {
+	case "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe":
+		return subConf{subKindOf(name)}, true
 	}
 	return subConf{}, false
 }

@@ -137,8 +137,8 @@ func copyKeys(args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 		switch {
 		case args[j] == nil:
 			return dst, false
-		case eqFold(args[j], "replace"):
-		case eqFold(args[j], "db") && j+1 < len(args):
+		case EqualFold(args[j], "replace"):
+		case EqualFold(args[j], "db") && j+1 < len(args):
 			n, ok := parseDB(args[j+1])
 			if !ok {
 				return dst, false
@@ -171,15 +171,15 @@ func sortKeys(args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 		switch {
 		case a == nil:
 			return dst, false
-		case eqFold(a, "asc"), eqFold(a, "desc"), eqFold(a, "alpha"):
-		case eqFold(a, "limit") && left >= 2:
+		case EqualFold(a, "asc"), EqualFold(a, "desc"), EqualFold(a, "alpha"):
+		case EqualFold(a, "limit") && left >= 2:
 			j += 2
-		case eqFold(a, "store") && left >= 1:
+		case EqualFold(a, "store") && left >= 1:
 			j++
 			if dst, ok = appendKey(dst, args, j, CurrentDB); !ok {
 				return dst, false
 			}
-		case (eqFold(a, "by") || eqFold(a, "get")) && left >= 1:
+		case (EqualFold(a, "by") || EqualFold(a, "get")) && left >= 1:
 			j++
 		default:
 			return dst, false
@@ -206,11 +206,11 @@ func geoRadiusKeys(s *Spec, args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 		switch {
 		case a == nil:
 			return dst, false
-		case eqFold(a, "withdist"), eqFold(a, "withhash"), eqFold(a, "withcoord"),
-			eqFold(a, "any"), eqFold(a, "asc"), eqFold(a, "desc"):
-		case eqFold(a, "count") && more:
+		case EqualFold(a, "withdist"), EqualFold(a, "withhash"), EqualFold(a, "withcoord"),
+			EqualFold(a, "any"), EqualFold(a, "asc"), EqualFold(a, "desc"):
+		case EqualFold(a, "count") && more:
 			i++
-		case (eqFold(a, "store") || eqFold(a, "storedist")) && more:
+		case (EqualFold(a, "store") || EqualFold(a, "storedist")) && more:
 			i++
 			if dst, ok = appendKey(dst, args, i, CurrentDB); !ok {
 				return dst, false
@@ -250,12 +250,12 @@ func xreadgroupKeys(args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 		switch {
 		case a == nil:
 			return dst, false
-		case (eqFold(a, "block") || eqFold(a, "count")) && more >= 1:
+		case (EqualFold(a, "block") || EqualFold(a, "count")) && more >= 1:
 			i++
-		case eqFold(a, "group") && more >= 2:
+		case EqualFold(a, "group") && more >= 2:
 			i += 2
-		case eqFold(a, "noack"):
-		case eqFold(a, "streams") && more >= 1:
+		case EqualFold(a, "noack"):
+		case EqualFold(a, "streams") && more >= 1:
 			if more%2 != 0 {
 				return dst, false
 			}
@@ -273,9 +273,9 @@ func xreadgroupKeys(args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 	return dst, false // no STREAMS: Redis replies with a syntax error
 }
 
-// eqFold reports whether b equals lower (an ASCII lower-case keyword)
-// ignoring ASCII case, as strcasecmp does.
-func eqFold(b []byte, lower string) bool {
+// EqualFold reports whether b equals lower (an ASCII lower-case keyword)
+// ignoring ASCII case, as Redis's strcasecmp does. No allocation.
+func EqualFold(b []byte, lower string) bool {
 	if len(b) != len(lower) {
 		return false
 	}

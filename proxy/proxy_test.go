@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"testing"
+)
+
+func TestRing(t *testing.T) {
+	var r ring[int]
+	next, want := 0, 0
+	for round := 0; round < 50; round++ {
+		for i := 0; i < round%7+1; i++ {
+			r.push(next)
+			next++
+		}
+		for i := 0; i < round%5 && r.len() > 0; i++ {
+			if got := *r.front(); got != want {
+				t.Fatalf("front = %d, want %d", got, want)
+			}
+			if got := r.pop(); got != want {
+				t.Fatalf("pop = %d, want %d", got, want)
+			}
+			want++
+		}
+	}
+	if r.len() != next-want {
+		t.Fatalf("len = %d, want %d", r.len(), next-want)
+	}
+}
+
+func TestParseHello(t *testing.T) {
+	tests := []struct {
+		args  []string // "<nil>" stands for an uncaptured argument
+		proto int64
+		user  string
+		anon  bool
+	}{
+		{[]string{"HELLO"}, 0, "", false},
+		{[]string{"HELLO", "3"}, 3, "", false},
+		{[]string{"hello", "2", "auth", "alice", "pw"}, 2, "alice", false},
+		{[]string{"HELLO", "3", "SETNAME", "x", "AUTH", "bob", "pw"}, 3, "bob", false},
+		{[]string{"HELLO", "3", "AUTH", "<nil>", "pw"}, 3, "", true},
+		{[]string{"HELLO", "<nil>"}, 0, "", true},
+	}
+	for _, tt := range tests {
+		var args [][]byte
+		for _, a := range tt.args {
+			if a == "<nil>" {
+				args = append(args, nil)
+			} else {
+				args = append(args, []byte(a))
+			}
+		}
+		proto, user, anon := parseHello(args)
+		if proto != tt.proto || user != tt.user || anon != tt.anon {
+			t.Errorf("parseHello(%q) = %d, %q, %v; want %d, %q, %v", tt.args, proto, user, anon, tt.proto, tt.user, tt.anon)
+		}
+	}
+}
+
+func TestIdentities(t *testing.T) {
+	ids := newIdentities()
+	fresh := ids.fresh()
+	alice := ids.user("alice")
+	if ids.user("alice") != alice || ids.fresh() != fresh {
+		t.Fatal("identities are not stable")
+	}
+	a1, a2 := ids.anonymous(), ids.anonymous()
+	seen := map[uint32]bool{}
+	for _, id := range []uint32{fresh, alice, a1, a2, ids.user("bob")} {
+		if seen[id] {
+			t.Fatalf("identity %d handed out twice", id)
+		}
+		seen[id] = true
+	}
+	ids.rulesChanged()
+	if ids.fresh() == fresh || seen[ids.fresh()] {
+		t.Fatalf("fresh identity after a rules change = %d, want a new one", ids.fresh())
+	}
+}
+
+func TestSubKindOf(t *testing.T) {
+	for name, want := range map[string]subKind{"subscribe": subChannel, "unsubscribe": subChannel,
+		"psubscribe": subPattern, "punsubscribe": subPattern, "ssubscribe": subShard, "sunsubscribe": subShard} {
+		if got := subKindOf(name); got != want {
+			t.Errorf("subKindOf(%q) = %v, want %v", name, got, want)
+		}
+	}
+
+}
