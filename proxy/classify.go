@@ -40,6 +40,7 @@ func (s *session) onCommand(n int) decision {
 	if d, ok := s.onRead(args, argc); ok {
 		return d
 	}
+	s.loop.stats.forwarded.Add(1)
 	if len(args) > 0 && command.EqualFold(args[0], "quit") {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
@@ -47,117 +48,120 @@ func (s *session) onCommand(n int) decision {
 		if !s.opaqueSend {
 			s.queue(slot{kind: slotReply})
 		}
-		s.loop.stats.forwarded.Add(1)
 		return decideForward
 	}
 	spec := command.Resolve(args)
+	name := ""
+	if spec != nil && spec.ArityOK(int(argc)) {
+		name = spec.Name
+	}
+	truncated := int64(len(args)) != argc
 	sl := slot{kind: slotReply}
 	pauseAfter := false
-	if spec != nil && spec.ArityOK(int(argc)) {
-		switch spec.Name {
-		case "select":
-			if db, err := strconv.Atoi(string(args[1])); err == nil {
-				sl.act, sl.arg = actSelect, int64(db)
-			}
-			pauseAfter = true
-			s.opaqueDBUnknown = s.opaqueSend
-		case "reset":
-			sl.act = actReset
-			s.sendMulti = false
-			pauseAfter = true
-			s.opaqueDBUnknown = s.opaqueSend
-		case "multi":
-			sl.act = actMulti
-			s.sendMulti = true
-		case "exec":
-			sl.act = actExec
-			s.sendMulti = false
-			// Commands after it must see the state the transaction set.
-			pauseAfter = s.txState
-			s.txState = false
-		case "discard":
-			sl.act = actDiscard
-			s.sendMulti, s.txState = false, false
-		case "auth":
-			sl.act, sl.user = actAuth, "default"
-			if argc == 3 {
-				if args[1] == nil {
-					sl.user, sl.anon = "", true // too long to capture
-				} else {
-					sl.user = string(args[1])
-				}
-			}
-			pauseAfter = true // the identity for what follows is Redis's answer
-		case "hello":
-			sl.act = actHello
-			sl.arg, sl.user, sl.anon = parseHello(args)
-			pauseAfter = true
-		case "client|tracking":
-			sl.act = actTracking
-			if len(args) > 2 && command.EqualFold(args[2], "on") {
-				sl.arg = 1
-			}
-		case "client|reply":
-			if len(args) > 2 && (command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip")) {
-				s.pushOpaque() // the replies that follow cannot be counted
-				s.effects(spec, args, argc, nil)
-				return decideForward
-			}
-		case "monitor":
-			s.pushOpaque()
-			return decideForward
-		case "config|set":
-			// It may change requirepass or notify-keyspace-events: no cache
-			// answers until the classes Cicada needs are verified again.
-			sl.act = actAuthRules
-			s.srv.cache.Suspend()
-			sl.hold = holdVerify
-		case "acl|setuser", "acl|deluser", "acl|load":
-			sl.act = actAuthRules
-		case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
-			if s.sendMulti {
-				// Confirmations arrive inside EXEC's reply: stop counting then.
-				s.opaqueAfterExec = true
-				break
-			}
-			sl.kind = slotSub
-			sl.subKind = subKindOf(spec.Name)
-			sl.subLeft = int32(argc - 1)
-			if argc == 1 {
-				sl.subLeft = -1
+	switch name {
+	case "select":
+		if db, err := strconv.Atoi(string(args[1])); err == nil {
+			sl.act, sl.arg = actSelect, int64(db)
+		}
+		pauseAfter = true
+		s.opaqueDBUnknown = s.opaqueSend
+	case "reset":
+		sl.act = actReset
+		pauseAfter = true
+		s.sendMulti, s.txState, s.txEffects = false, false, s.txEffects[:0]
+		s.opaqueDBUnknown = s.opaqueSend
+	case "multi":
+		sl.act = actMulti
+		s.sendMulti = true
+		s.txInFlight++
+	case "exec":
+		sl.act = actExec
+		pauseAfter = s.txState // what follows must see the state it sets
+		s.sendMulti, s.txState = false, false
+		s.txInFlight++
+	case "discard":
+		sl.act = actDiscard
+		s.sendMulti, s.txState, s.txEffects = false, false, s.txEffects[:0]
+		s.txInFlight++
+	case "auth":
+		sl.act, sl.user = actAuth, "default"
+		if argc == 3 {
+			if args[1] == nil {
+				sl.user, sl.anon = "", true // too long to capture
+			} else {
+				sl.user = string(args[1])
 			}
 		}
+		pauseAfter = true // the identity for what follows is Redis's answer
+	case "hello":
+		sl.act = actHello
+		sl.arg, sl.user, sl.anon = parseHello(args)
+		sl.anon = sl.anon || truncated // an AUTH option may be among the uncaptured
+		pauseAfter = true
+	case "client|tracking":
+		sl.act = actTracking
+		if command.EqualFold(args[2], "on") {
+			sl.arg = 1
+		}
+	case "client|reply":
+		if command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip") {
+			s.pushOpaque() // the replies that follow cannot be counted
+			return decideForward
+		}
+	case "monitor", "sync", "psync":
+		// A stream of monitor lines or a replication stream, not replies.
+		s.pushOpaque()
+		return decideForward
+	case "config|set":
+		// It may change requirepass or notify-keyspace-events: no cache
+		// answers until the classes Cicada needs are verified again.
+		sl.act, sl.hold = actAuthRules, holdVerify
+	case "acl|setuser", "acl|deluser", "acl|load":
+		sl.act = actAuthRules
+	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+		sl.kind = slotSub
+		sl.subKind = subKindOf(name)
+		sl.subLeft = int32(argc - 1)
+		if argc == 1 {
+			sl.subLeft = -1
+		}
+		if s.sendMulti {
+			// Queued, its confirmations come inside EXEC's reply (see
+			// subReply), or executed if MULTI was refused: wait and see.
+			s.txState, pauseAfter = true, true
+		}
 	}
-	if s.sendMulti && sl.act != actMulti {
-		switch sl.act {
-		case actSelect, actAuth, actHello, actTracking:
-			// Probably queued, to take effect at EXEC (see complete). Wait
+	switch sl.act {
+	case actSelect, actAuth, actHello, actTracking:
+		if s.sendMulti {
+			// Probably queued, to take effect at EXEC (see applyTx). Wait
 			// for Redis's answer: +QUEUED, or the change itself if MULTI
 			// was refused.
-			s.txState = true
-			pauseAfter = true
+			s.txState, pauseAfter = true, true
 		}
 	}
 	s.effects(spec, args, argc, &sl)
-	if !s.opaqueSend {
-		s.queue(sl)
-		if sl.act == actExec && s.opaqueAfterExec {
-			s.opaqueAfterExec = false
-			s.pushOpaque()
-		}
+	if sl.act == actExec {
+		s.applyTxEffects(&sl)
 	}
-	s.loop.stats.forwarded.Add(1)
-	if pauseAfter && !s.opaqueSend {
+	if s.opaqueSend {
+		return decideForward
+	}
+	s.queue(sl)
+	if pauseAfter {
 		s.paused = true
 	}
 	return decideForward
 }
 
 // effects applies what a forwarded command can do to cached data before it
-// is sent. sl is nil when no slot is queued (opaque mode), in which case
-// completion will not be observed.
+// is sent: its keys are evicted and their fills blocked (BeginWrite), or
+// the cache is suspended (a hold) until its reply. Inside a transaction
+// Redis has confirmed, this waits for EXEC (applyTxEffects): queued
+// commands run there. On an opaque connection, whose replies are not
+// followed, the keys are only invalidated, and anything broader empties
+// the cache and suspends it for opaqueHold.
 func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slot) {
-	cache := s.srv.cache
 	effect := command.EffectUnknown
 	if spec != nil {
 		effect = spec.Effect
@@ -165,37 +169,97 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 			effect = command.EffectNone // Redis rejects it unexecuted
 		}
 	}
+	var keys []commandKey
 	if effect == command.EffectKeys {
-		keys, ok := s.writtenKeys(spec, args, argc)
-		if !ok || s.opaqueDBUnknown {
-			effect = command.EffectUnknown
-		} else {
-			for _, k := range keys {
-				h := hotcache.Hash(k.db, k.key)
-				if s.opaqueSend {
-					cache.InvalidateBytes(k.db, h, k.key)
-					continue
-				}
-				s.writes.push(cache.BeginWrite(k.db, h, k.key))
-				sl.stripes++
-			}
-			return
+		var ok bool
+		if keys, ok = s.writtenKeys(spec, args, argc); !ok || s.opaqueDBUnknown {
+			effect, keys = command.EffectUnknown, nil
 		}
 	}
-	if effect == command.EffectNone {
-		return
+	h := sl.hold
+	switch effect {
+	case command.EffectUnknown:
+		h |= holdFence
+	case command.EffectFlush:
+		h |= holdFlush
 	}
+	switch {
+	case s.opaqueSend:
+		s.applyOpaque(keys, h, sl.act == actAuthRules)
+	case s.multi && s.sendMulti && s.txInFlight == 0:
+		// Redis confirmed MULTI and nothing can end it before this
+		// command: it is queued, and runs at EXEC.
+		for _, k := range keys {
+			s.txEffects = append(s.txEffects, txEffect{db: k.db, key: clone(k.key)})
+		}
+		if h != holdNone {
+			s.txEffects = append(s.txEffects, txEffect{hold: h})
+		}
+		sl.hold = holdNone
+	default:
+		cache := s.srv.cache
+		for _, k := range keys {
+			s.writes.push(cache.BeginWrite(k.db, hotcache.Hash(k.db, k.key), k.key))
+			sl.stripes++
+		}
+		if h != holdNone {
+			cache.Suspend()
+		}
+		sl.hold = h
+	}
+}
+
+// txEffect is one effect of a command queued in a confirmed transaction,
+// applied when EXEC is sent: a key to evict, or a hold.
+type txEffect struct {
+	db   int
+	key  []byte
+	hold hold
+}
+
+// applyTxEffects applies the deferred effects of the transaction to the
+// EXEC being sent: its slot then holds them until EXEC's reply.
+func (s *session) applyTxEffects(sl *slot) {
+	var h hold
+	var keys []commandKey
+	for _, e := range s.txEffects {
+		if e.hold != holdNone {
+			h |= e.hold
+			continue
+		}
+		keys = append(keys, commandKey{db: e.db, key: e.key})
+	}
+	s.txEffects = s.txEffects[:0]
 	if s.opaqueSend {
-		// Its completion is not observable: treat it like a write from
-		// outside Cicada, and keep the cache empty while it most likely runs.
-		s.srv.suspendFor(opaqueHold)
+		s.applyOpaque(keys, h, false)
 		return
 	}
-	cache.Suspend()
-	if effect == command.EffectFlush {
-		sl.hold = holdFlush
-	} else {
-		sl.hold = holdFence
+	cache := s.srv.cache
+	for _, k := range keys {
+		s.writes.push(cache.BeginWrite(k.db, hotcache.Hash(k.db, k.key), k.key))
+		sl.stripes++
+	}
+	if h != holdNone {
+		if sl.hold == holdNone {
+			cache.Suspend() // one per slot, whatever its hold bits
+		}
+		sl.hold |= h
+	}
+}
+
+// applyOpaque applies effects whose completion Cicada cannot observe: they
+// are treated like writes from outside Cicada (keys invalidated; notified
+// when they run), and anything broader empties the cache and suspends it
+// for opaqueHold, the time such a write most likely takes to run.
+func (s *session) applyOpaque(keys []commandKey, h hold, rules bool) {
+	for _, k := range keys {
+		s.srv.cache.InvalidateBytes(k.db, hotcache.Hash(k.db, k.key), k.key)
+	}
+	if rules {
+		s.srv.ids.rulesChanged()
+	}
+	if h != holdNone || rules {
+		s.srv.suspendFor(opaqueHold)
 	}
 }
 
@@ -308,7 +372,8 @@ func (s *session) forwardRead(ri *readInfo) decision {
 // parseHello returns the protocol version HELLO asks for (0 if none), the
 // user of its AUTH option ("" if none), and anon=true when an AUTH option
 // is present whose user Cicada cannot name (not captured, or options it
-// cannot read).
+// cannot read). The caller also treats arguments past the captured ones as
+// a possible AUTH.
 func parseHello(args [][]byte) (proto int64, user string, anon bool) {
 	if len(args) < 2 || args[1] == nil {
 		return 0, "", len(args) > 1

@@ -102,11 +102,20 @@ func (s *session) captureBytes(b []byte) {
 }
 
 // advance pops opaque slots that reached the head: from there on, replies
-// pass through unframed.
+// pass through unframed, and a transaction in progress is abandoned.
 func (s *session) advance() {
 	for s.slots.len() > 0 && s.slots.front().kind == slotOpaque {
 		s.dequeue()
-		s.opaqueRecv = true
+		s.goOpaque()
+	}
+}
+
+// goOpaque stops following replies on this connection for good.
+func (s *session) goOpaque() {
+	s.opaqueSend, s.opaqueRecv = true, true
+	if s.multi || len(s.multiStripes) > 0 || len(s.multiHolds) > 0 {
+		s.multi = false
+		s.abandonTx()
 	}
 }
 
@@ -155,6 +164,11 @@ func (s *session) subReply(family subKind, confirmation bool) {
 	head := s.slots.front()
 	switch {
 	case !confirmation:
+		if s.multi {
+			// +QUEUED (or an error queued as a failure): the confirmations
+			// will come inside EXEC's reply, and then messages.
+			s.opaqueAfterExec = true
+		}
 	case head.subLeft < 0:
 		// Unsubscribe from all: Redis confirms each subscription it drops
 		// (or once, when there was none); the last leaves the count at 0.
@@ -174,25 +188,45 @@ func (s *session) subReply(family subKind, confirmation bool) {
 func (s *session) complete(sl *slot, fr *resp.Frame) {
 	v := &fr.Value
 	failed := v.Type == resp.TypeError || v.Type == resp.TypeBulkError
-	queued := v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
+	// Outside MULTI, +QUEUED can only be a script's status reply.
+	queued := s.multi && v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
 	if queued {
 		s.deferQueued(sl)
 		return
 	}
+	switch sl.act {
+	case actMulti, actExec, actDiscard:
+		s.txInFlight--
+	}
 	switch {
 	case sl.act == actExec:
-		if !failed && !v.Null && v.Type != resp.TypeSimple {
+		executed := !failed && !v.Null && v.Type != resp.TypeSimple
+		if executed {
 			s.applyTx()
 		}
+		opaque := executed && s.opaqueAfterExec
 		s.endMulti()
+		if opaque {
+			// The transaction subscribed: messages may follow at once.
+			s.releaseWrites(sl.stripes)
+			s.releaseHold(sl.hold)
+			sl.stripes, sl.hold = 0, holdNone
+			s.dropSlots()
+			s.goOpaque()
+		}
 	case sl.act == actDiscard:
-		s.endMulti()
+		if !failed { // a DISCARD refused (ACL) leaves the transaction open
+			s.endMulti()
+		}
 	case !failed:
 		s.confirm(sl)
 	case sl.act == actHello && (sl.user != "" || sl.anon):
 		// HELLO may authenticate and then fail (an invalid SETNAME): who
 		// the connection is now, only a unique identity can stand for.
 		s.ident = s.srv.ids.anonymous()
+	}
+	if s.txInFlight == 0 {
+		s.sendMulti = s.multi // what was predicted at send is now known
 	}
 	s.releaseWrites(sl.stripes)
 	s.releaseHold(sl.hold)
@@ -249,13 +283,18 @@ var (
 
 // releaseHold ends a cache suspension taken when the request was sent.
 func (s *session) releaseHold(h hold) {
-	switch h {
-	case holdFence:
-		s.srv.fencer.Fence()
-	case holdVerify:
-		s.srv.fencer.VerifyFence()
-	case holdFlush:
+	if h == holdNone {
+		return
+	}
+	if h&holdFlush != 0 {
 		s.srv.cache.Flush()
+	}
+	switch {
+	case h&holdVerify != 0:
+		s.srv.fencer.VerifyFence()
+	case h&holdFence != 0:
+		s.srv.fencer.Fence()
+	default:
 		s.srv.cache.Resume()
 	}
 }
@@ -294,7 +333,7 @@ func (s *session) confirm(sl *slot) {
 // endMulti releases the writes queued in a transaction: it ran (EXEC) or
 // was dropped (DISCARD, RESET, EXECABORT).
 func (s *session) endMulti() {
-	s.multi = false
+	s.multi, s.opaqueAfterExec = false, false
 	if s.multiRules {
 		s.multiRules = false
 		s.srv.ids.rulesChanged()

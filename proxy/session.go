@@ -36,14 +36,15 @@ const (
 	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
 )
 
-// hold is a cache suspension a slot keeps until its reply.
+// hold is a cache suspension a slot keeps until its reply (one Suspend),
+// with what its release must do first.
 type hold uint8
 
 const (
-	holdNone   hold = iota
-	holdFence       // release through a notification fence (writes of unknown keys)
-	holdFlush       // flush the cache, then release (FLUSHALL, FLUSHDB, SWAPDB, ...)
-	holdVerify      // a fence that also re-checks notify-keyspace-events (CONFIG SET)
+	holdNone   hold = 0
+	holdFence  hold = 1 << iota // release through a notification fence (writes of unknown keys)
+	holdFlush                   // flush the cache before releasing (FLUSHALL, FLUSHDB, SWAPDB, ...)
+	holdVerify                  // release through a fence that re-checks notify-keyspace-events (CONFIG SET)
 )
 
 // slot is one forwarded request waiting for its reply.
@@ -89,15 +90,16 @@ type readInfo struct {
 // session is one client connection and its upstream connection. Owned by
 // the event loop of both.
 type session struct {
-	srv       *Server
-	loop      *loopState
-	client    gnet.Conn
-	up        gnet.Conn     // nil until the upstream connection is enrolled
-	closed    bool          // the client connection is closed (or closing)
-	upClosed  bool          // the upstream connection is closed
-	drainWait time.Duration // closeWhenFlushed's current poll interval
-	gone      bool          // both sides are being torn down; release done
-	upLink    *upstreamLink
+	srv        *Server
+	loop       *loopState
+	client     gnet.Conn
+	up         gnet.Conn     // nil until the upstream connection is enrolled
+	closed     bool          // the client connection is closed (or closing)
+	upClosed   bool          // the upstream connection is closed
+	drainWait  time.Duration // closeWhenFlushed's current poll interval
+	drainArmed bool          // its timer is pending
+	gone       bool          // both sides are being torn down; release done
+	upLink     *upstreamLink
 
 	parser *resp.RequestParser
 	framer resp.ReplyFramer
@@ -116,8 +118,8 @@ type session struct {
 	sendMulti       bool // MULTI sent, EXEC/DISCARD/RESET not yet sent
 	opaqueSend      bool // an opaque slot is queued: no local answers, no bookkeeping
 	opaqueRecv      bool // the opaque slot was reached: replies pass unframed
-	rawRequests     bool // a protocol error: client bytes pass unparsed
-	opaqueAfterExec bool // a (un)subscribe command was queued in MULTI
+	rawRequests     bool // a protocol error was sent: later client bytes are dropped
+	opaqueAfterExec bool // a (un)subscribe command was queued: EXEC makes the connection opaque
 	multiRules      bool // CONFIG SET or ACL changes queued in MULTI
 	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool // parsing waits until every reply is in
@@ -128,10 +130,14 @@ type session struct {
 	multiHolds   []hold
 	// State changes queued inside MULTI, applied from EXEC's reply.
 	multiActs []queuedAct
-	txQueued  int   // commands Redis answered +QUEUED since MULTI
-	txState   bool  // a state change was sent in MULTI: pause after EXEC
-	txDB      int64 // the db a queued SELECT switches to at EXEC
-	txDBSet   bool  // ... when one was queued
+	// Effects of commands sent in a confirmed transaction, applied when
+	// EXEC is sent (see effects).
+	txEffects  []txEffect
+	txInFlight int   // MULTI, EXEC and DISCARD sent and not yet answered
+	txQueued   int   // commands Redis answered +QUEUED since MULTI
+	txState    bool  // a state change was sent in MULTI: pause after EXEC
+	txDB       int64 // the db a queued SELECT switches to at EXEC
+	txDBSet    bool  // ... when one was queued
 	// accepted is set by Redis's first reply that is not an error: until
 	// then Redis may still refuse the connection (maxclients, protected
 	// mode), so nothing is answered locally.
@@ -217,10 +223,12 @@ func (s *session) processClient() {
 	l.out = l.out[:0]
 	l.upv = l.upv[:0]
 	off, fwd := 0, 0 // bytes [fwd, off) are to be forwarded
-	if s.rawRequests {
-		off = len(buf)
+	if s.rawRequests || s.quit {
+		// Redis reads nothing after a protocol error or QUIT.
+		_, _ = c.Discard(len(buf))
+		return
 	}
-	for off < len(buf) && !s.paused && !s.quit {
+	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -232,8 +240,15 @@ func (s *session) processClient() {
 			off += n
 			continue
 		case resp.ProtocolError:
+			// Redis gets the bytes it needs to see the same error, replies
+			// and closes. Sending more would make it reset the connection
+			// with unread input, and its reply could be lost.
 			s.protocolError()
-			off = len(buf) // Redis sees the same bytes and replies and closes
+			off = min(off+s.parser.ErrEnd(), len(buf))
+			if off > fwd {
+				l.upv = append(l.upv, buf[fwd:off])
+			}
+			fwd, off = len(buf), len(buf)
 		case resp.Complete:
 			switch s.onCommand(n) {
 			case decidePause:
@@ -258,7 +273,7 @@ func (s *session) processClient() {
 		l.upv = append(l.upv, buf[fwd:off])
 	}
 	if s.quit {
-		off = len(buf)
+		off = len(buf) // dropped, as Redis does
 	}
 	s.flushOut()
 	if len(l.upv) > 0 && !s.gone {
@@ -282,14 +297,11 @@ func (s *session) flushOut() {
 }
 
 // protocolError handles a request Redis will reject with a protocol error:
-// its bytes and everything after go to Redis unparsed (Redis replies and
-// closes the connection). Should Redis not close it, its writes are unseen
-// like those of a client of Redis itself: the cache is flushed and answers
-// nothing for opaqueHold.
+// Redis replies and closes the connection; Cicada passes the reply on and
+// drops whatever the client sends after the bad request.
 func (s *session) protocolError() {
 	s.rawRequests = true
 	s.pushOpaque()
-	s.srv.suspendFor(opaqueHold)
 }
 
 // pushOpaque queues the point after which replies pass unframed.
@@ -340,9 +352,20 @@ func (s *session) closeWhenFlushed() {
 		_ = s.client.Close()
 		return
 	}
+	if s.drainArmed {
+		return // one wake-up chain per connection, whatever the client sends
+	}
+	s.drainArmed = true
 	s.drainWait = min(max(2*s.drainWait, time.Millisecond), 100*time.Millisecond)
 	c := s.client
-	time.AfterFunc(s.drainWait, func() { _ = c.Wake(nil) })
+	time.AfterFunc(s.drainWait, func() { _ = c.Wake(s.drainWoken) })
+}
+
+// drainWoken runs on the loop when closeWhenFlushed's timer fires.
+func (s *session) drainWoken(gnet.Conn, error) error {
+	s.drainArmed = false
+	s.closeWhenFlushed()
+	return nil
 }
 
 // release gives back everything the session holds in shared state: write
@@ -353,23 +376,40 @@ func (s *session) release() {
 		return
 	}
 	s.gone = true
-	cache := s.srv.cache
+	s.dropSlots()
+	s.abandonTx()
+}
+
+// dropSlots forgets every queued request whose reply will not be followed:
+// its writes end and its holds are released with a flush (it may run, or
+// have run, unobserved; its notifications do the rest).
+func (s *session) dropSlots() {
 	for s.slots.len() > 0 {
 		sl := s.dequeue()
 		s.releaseWrites(sl.stripes)
 		if sl.hold != holdNone {
-			cache.Flush()
-			cache.Resume()
+			s.srv.cache.Flush()
+			s.srv.cache.Resume()
 		}
 	}
+}
+
+// abandonTx forgets a transaction whose EXEC will not be followed (the
+// connection closed or turned opaque): its writes end, its holds become a
+// flush and an opaqueHold suspension.
+func (s *session) abandonTx() {
+	cache := s.srv.cache
 	for _, st := range s.multiStripes {
 		cache.EndWrite(st)
 	}
+	if len(s.multiHolds) > 0 || s.multiRules {
+		s.srv.suspendFor(opaqueHold)
+	}
 	for range s.multiHolds {
-		cache.Flush()
 		cache.Resume()
 	}
-	s.multiStripes, s.multiHolds = nil, nil
+	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
+	s.txEffects, s.multiRules = s.txEffects[:0], false
 }
 
 // releaseWrites ends the n oldest in-flight writes.

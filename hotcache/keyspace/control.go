@@ -16,7 +16,14 @@ import (
 // included): SWAPDB (nothing reports it), FLUSHALL/FLUSHDB (also reported
 // through client tracking, see flushwatch.go), DEBUG (RELOAD and friends),
 // REPLICAOF/SLAVEOF (a full resynchronization loads a new dataset).
-var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "slaveof"}
+// CONFIG SET too: notify-keyspace-events removed and restored between two
+// checks would otherwise go unseen. A CONFIG RESETSTAT could bring a
+// counter back to a value already read, so total_commands_processed, which
+// only a reset lowers, is watched as well.
+var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "slaveof", "config|set", "config|resetstat"}
+
+// totalCommands is the INFO stats field a CONFIG RESETSTAT lowers.
+const totalCommands = "total_commands_processed"
 
 // control runs beside the receive loop of one subscription: every interval
 // it checks Redis (checkRedis), pings the flush-watch connection and the
@@ -146,18 +153,25 @@ func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
 // checkCounters reads INFO commandstats and flushes the cache when a
 // watched command ran since the last reading (or the counters were reset).
 func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error {
-	info, err := ctl.Info(ctx, "commandstats").Result()
+	info, err := ctl.Info(ctx, "commandstats", "stats").Result()
 	if err != nil {
-		return fmt.Errorf("keyspace: INFO commandstats: %w", err)
+		return fmt.Errorf("keyspace: INFO commandstats stats: %w", err)
 	}
 	now := parseCalls(info, watched)
 	if s.counters != nil {
+		changed := ""
 		for _, name := range watched {
 			if now[name] != s.counters[name] {
-				s.cache.Flush()
-				s.log.Info("data changed without notifications; cache flushed", zap.String("command", name))
+				changed = name
 				break
 			}
+		}
+		if now[totalCommands] < s.counters[totalCommands] {
+			changed = "config|resetstat"
+		}
+		if changed != "" {
+			s.cache.Flush()
+			s.log.Info("data may have changed without notifications; cache flushed", zap.String("command", changed))
 		}
 	}
 	s.counters = now
@@ -165,11 +179,17 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 }
 
 // parseCalls returns the calls= counts of the named commands in an INFO
-// commandstats reply (0 for a command not listed).
+// commandstats reply (0 for a command not listed), and under the key
+// totalCommands the value of that INFO stats field.
 func parseCalls(info string, names []string) map[string]int64 {
-	calls := make(map[string]int64, len(names))
+	calls := make(map[string]int64, len(names)+1)
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, totalCommands+":"); ok {
+			calls[totalCommands], _ = strconv.ParseInt(v, 10, 64)
+			continue
+		}
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
 		if !ok {
 			continue
 		}

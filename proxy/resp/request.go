@@ -11,6 +11,11 @@ const (
 	// request, multibulk count line or bulk count line Redis waits for
 	// before it replies "Protocol error: too big ...".
 	MaxInlineSize = 64 * 1024
+	// MaxInlineLine is how long an unterminated inline line may grow in
+	// Cicada (bytes): a fresh Redis query buffer reads 16 KiB, then 48 KiB,
+	// then 96 KiB, so by 160 KiB without a line end Redis has failed it.
+	MaxInlineLine = 160 * 1024
+
 	// DefaultMaxBulkLen is the default proto-max-bulk-len (bytes): a longer
 	// bulk argument is "Protocol error: invalid bulk length".
 	DefaultMaxBulkLen = 512 * 1024 * 1024
@@ -74,6 +79,7 @@ type RequestParser struct {
 	buf       []byte
 	args      [][]byte
 	err       string
+	errEnd    int // bytes of the failing Parse's input Redis must see to fail too
 }
 
 // NewRequestParser returns a parser that rejects bulk arguments longer than
@@ -113,6 +119,12 @@ func (p *RequestParser) Streaming() bool { return p.streaming }
 // ProtocolError.
 func (p *RequestParser) Err() string { return p.err }
 
+// ErrEnd returns how many bytes of the input given to the Parse that
+// returned ProtocolError Redis must receive to reach the same error: the
+// bad line with its line end, or MaxInlineSize+1 bytes of a header line
+// that is too long. It may exceed that input's length (send what there is).
+func (p *RequestParser) ErrEnd() int { return p.errEnd }
+
 // Parse frames the next request in b, which must start where the previous
 // call's n ended (after the caller discarded those bytes) and hold every
 // byte received since. See Result for what n means in each case.
@@ -128,13 +140,13 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		line, ok, tooBig := crLine(b, 1)
 		if !ok {
 			if tooBig {
-				return 0, p.fail(errTooBigMbulk)
+				return 0, p.failAt(errTooBigMbulk, MaxInlineSize+1)
 			}
 			return 0, NeedMore
 		}
 		ll, valid := string2ll(b[1:line])
 		if !valid || ll > MaxMultibulkLen {
-			return 0, p.fail(errInvalidMbulk)
+			return 0, p.failAt(errInvalidMbulk, line+2)
 		}
 		n = line + 2
 		if ll <= 0 {
@@ -149,17 +161,16 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			line, ok, tooBig := crLine(b, n+1)
 			if !ok {
 				if n < len(b) && tooBig {
-					return p.partial(n, p.fail(errTooBigBulkCount))
+					return p.partial(n, p.failAt(errTooBigBulkCount, n+MaxInlineSize+1))
 				}
 				return p.partial(n, NeedMore)
 			}
 			if b[n] != '$' {
-				p.err = errExpectedDollar + string(b[n]) + "'"
-				return p.partial(n, ProtocolError)
+				return p.partial(n, p.failAt(errExpectedDollar+string(b[n])+"'", line+2))
 			}
 			ll, valid := string2ll(b[n+1 : line])
 			if !valid || ll < 0 || ll > p.maxBulkLen {
-				return p.partial(n, p.fail(errInvalidBulk))
+				return p.partial(n, p.failAt(errInvalidBulk, line+2))
 			}
 			n = line + 2
 			p.bulkLeft = ll + 2
@@ -200,7 +211,8 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 
 // partial ends a Parse call before the command is complete: a streaming
 // command keeps its state and reports the n bytes consumed so far; any
-// other command is re-parsed from its start next time.
+// other command is re-parsed from its start next time. errEnd is kept
+// relative to the input, whatever n is returned.
 func (p *RequestParser) partial(n int, r Result) (int, Result) {
 	if p.streaming {
 		if r == ProtocolError {
@@ -211,8 +223,10 @@ func (p *RequestParser) partial(n int, r Result) (int, Result) {
 	return 0, r
 }
 
-func (p *RequestParser) fail(msg string) Result {
-	p.err = msg
+// failAt records a protocol error that Redis reaches after the first end
+// bytes of the input.
+func (p *RequestParser) failAt(msg string, end int) Result {
+	p.err, p.errEnd = msg, end
 	return ProtocolError
 }
 
@@ -241,16 +255,21 @@ func (p *RequestParser) buildArgs() {
 func (p *RequestParser) parseInline(b []byte) (int, Result) {
 	nl := indexBeforeNUL(b, 0, '\n')
 	if nl < 0 {
-		if len(b) > MaxInlineSize {
-			return 0, p.fail(errTooBigInline)
+		// Redis fails ("too big inline request") once more than
+		// MaxInlineSize bytes wait without a line end after one of its
+		// reads, whose size grows with its buffer: whether a longer line
+		// passes depends on timing. Cicada waits for MaxInlineLine, longer
+		// than any line a fresh Redis buffer can take in, then sends Redis
+		// just enough to fail the same way (more, left unread, would make
+		// it reset the connection and lose its reply).
+		if len(b) > MaxInlineLine {
+			return 0, p.failAt(errTooBigInline, MaxInlineSize+1)
 		}
 		return 0, NeedMore
 	}
 	if nl > MaxInlineSize {
-		// Redis reads at most 16 KiB at a time and gives up once 64 KiB
-		// wait without a line end; a longer line fails there, unless its
-		// end arrived in the read that crossed the limit.
-		return 0, p.fail(errTooBigInline)
+		// Redis may take the line or fail it: forward it whole, unread.
+		return nl + 1, p.unknownInline()
 	}
 	line := b[:nl]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
@@ -258,7 +277,7 @@ func (p *RequestParser) parseInline(b []byte) (int, Result) {
 	}
 	argc, ok := p.splitArgs(line)
 	if !ok {
-		return 0, p.fail(errUnbalanced)
+		return 0, p.failAt(errUnbalanced, nl+1)
 	}
 	if argc == 0 {
 		return nl + 1, Empty
@@ -267,6 +286,18 @@ func (p *RequestParser) parseInline(b []byte) (int, Result) {
 	p.argc = int64(argc)
 	p.buildArgs()
 	return nl + 1, Complete
+}
+
+// unknownInline completes an inline line longer than MaxInlineSize without
+// looking at it: one argument, not captured. Redis may reject the line.
+func (p *RequestParser) unknownInline() Result {
+	p.reset()
+	p.inline = true
+	p.argc = 1
+	p.offs = append(p.offs, -1)
+	p.lens = append(p.lens, 0)
+	p.buildArgs()
+	return Complete
 }
 
 // crLine finds the '\r' that ends a header line starting at from, as Redis

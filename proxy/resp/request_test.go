@@ -112,7 +112,6 @@ func TestRequestParserTooBig(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 	}{
-		{"inline", strings.Repeat("a", MaxInlineSize+1), "Protocol error: too big inline request"},
 		{"mbulk count", "*" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big mbulk count string"},
 		{"bulk count", "*1\r\n$" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big bulk count string"},
 	}
@@ -217,6 +216,53 @@ func TestRequestParserAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() { p.Parse(in) })
 	if allocs != 0 {
 		t.Errorf("Parse allocates %v times per GET, want 0", allocs)
+	}
+}
+
+// TestRequestParserErrEnd: after a protocol error, Redis needs to see the
+// bad line (or MaxInlineSize+1 bytes of a line too long), no more.
+func TestRequestParserErrEnd(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"*x\r\nGARBAGE", 4},
+		{"*1\r\n$-5\r\nGARBAGE", 9},
+		{"*1\r\nx4\r\nGARBAGE", 8},
+		{"GET \"a\r\nGARBAGE", 8},
+		{"*1\r\n$" + strings.Repeat("1", MaxInlineSize+5), 4 + MaxInlineSize + 1},
+	}
+	for _, tt := range tests {
+		p := NewRequestParser(0)
+		if _, r := p.Parse([]byte(tt.in)); r != ProtocolError || p.ErrEnd() != tt.want {
+			t.Errorf("%.20q: got %d end %d, want ProtocolError end %d", tt.in, r, p.ErrEnd(), tt.want)
+		}
+	}
+}
+
+// TestRequestParserLongInline: an inline line longer than MaxInlineSize
+// completes as one uncaptured argument (Redis decides whether it takes
+// it); an unterminated one fails past MaxInlineLine, with just enough sent
+// for Redis to fail it too.
+func TestRequestParserLongInline(t *testing.T) {
+	line := "GET " + strings.Repeat("a", MaxInlineSize+100) + "\r\n"
+	for _, chunks := range [][]string{{line + "PING\r\n"}, {line[:MaxInlineSize+10], line[MaxInlineSize+10:] + "PING\r\n"}} {
+		var parts [][]byte
+		for _, c := range chunks {
+			parts = append(parts, []byte(c))
+		}
+		got, _ := drive(NewRequestParser(0), parts)
+		if fmt.Sprint(got) != "[{1 \"<nil>\" argc=1 \"\"} {1 \"PING\" argc=1 \"\"}]" {
+			t.Errorf("%d chunks: got %v", len(chunks), got)
+		}
+	}
+	p := NewRequestParser(0)
+	if _, r := p.Parse([]byte(strings.Repeat("a", MaxInlineLine))); r != NeedMore {
+		t.Errorf("unterminated line of MaxInlineLine bytes: %d, want NeedMore", r)
+	}
+	if _, r := p.Parse([]byte(strings.Repeat("a", MaxInlineLine+1))); r != ProtocolError ||
+		p.Err() != "Protocol error: too big inline request" || p.ErrEnd() != MaxInlineSize+1 {
+		t.Errorf("unterminated line past MaxInlineLine: %d %q end %d", r, p.Err(), p.ErrEnd())
 	}
 }
 

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+)
+
+// TestTransactionEdges compares transactions that go wrong in unusual ways
+// with Redis: a refused DISCARD, SUBSCRIBE after a refused MULTI (RESP2 and
+// RESP3), a script that returns the status QUEUED, HELLO with its AUTH past
+// the captured arguments.
+func TestTransactionEdges(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	setupData(t, p)
+	p.both(t, "ACL", "SETUSER", "nodiscard", "on", ">pw", "~*", "&*", "+@all", "-discard")
+	p.both(t, "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-multi")
+	p.both(t, "ACL", "SETUSER", "limited", "on", ">pw", "~public:*", "+@all")
+	hello := []string{"HELLO", "2"}
+	for range 520 {
+		hello = append(hello, "SETNAME", "n")
+	}
+	hello = append(hello, "AUTH", "limited", "pw")
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"refused DISCARD", []step{send(cmds([]string{"AUTH", "nodiscard", "pw"}, []string{"MULTI"}, []string{"SET", "x", "1"},
+			[]string{"DISCARD"}, []string{"GET", "hot"}, []string{"EXEC"}, []string{"GET", "hot"}))}},
+		{"SUBSCRIBE after a refused MULTI", []step{send(cmds([]string{"AUTH", "nomulti", "pw"}, []string{"MULTI"},
+			[]string{"SUBSCRIBE", "a"}, []string{"DISCARD"}, []string{"GET", "hot"}, []string{"UNSUBSCRIBE"}, []string{"GET", "hot"}))}},
+		{"RESP3 SUBSCRIBE after a refused MULTI", []step{send(cmds([]string{"SUBSCRIBE", "x"}, []string{"MULTI"},
+			[]string{"UNSUBSCRIBE"}, []string{"HELLO", "3"}, []string{"SUBSCRIBE", "a"}, []string{"SELECT", "0"}, []string{"PING"}))}},
+		{"SUBSCRIBE queued in MULTI", []step{send(cmds([]string{"PING"}, []string{"MULTI"}, []string{"SUBSCRIBE", "a"},
+			[]string{"EXEC"}, []string{"PING"})), sideCmd("PUBLISH", "a", "m"), send(cmds([]string{"UNSUBSCRIBE"}, []string{"GET", "hot"}))}},
+		{"SUBSCRIBE queued then DISCARD", []step{send(cmds([]string{"PING"}, []string{"MULTI"}, []string{"SUBSCRIBE", "a"},
+			[]string{"DISCARD"}, []string{"MULTI"}, []string{"GET", "hot"}, []string{"EXEC"}, []string{"GET", "hot"}))}},
+		{"script status QUEUED", []step{send(cmds([]string{"PING"}, []string{"EVAL", "return {ok='QUEUED'}", "0"}, []string{"GET", "hot"}))}},
+		{"HELLO AUTH past the captured arguments", []step{send(cmds(hello, []string{"GET", "hot"}))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			warmAll(t, p)
+			p.compare(t, tt.steps...)
+			if p.proxy.Cache.Suspended() {
+				waitFor(t, func() bool { return !p.proxy.Cache.Suspended() })
+			}
+		})
+	}
+}
+
+// TestNoLastingSuspension: whatever a connection does, the cache must not
+// stay suspended for everyone: an open transaction with a queued script,
+// CONFIG SET or a script on an opaque connection, a transaction that turns
+// opaque.
+func TestNoLastingSuspension(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "hot", "v")
+	warmKey(t, p, rc, "GET", "hot")
+	conversations := [][]string{
+		{cmd("PING"), cmd("MULTI"), cmd("EVAL", "return 1", "0"), cmd("FLUSHDB"), cmd("CONFIG", "SET", "hz", "10")},
+		{cmd("CLIENT", "REPLY", "OFF"), cmd("CONFIG", "SET", "hz", "10"), cmd("EVAL", "return 1", "0")},
+		{cmd("PING"), cmd("MULTI"), cmd("EVAL", "return 1", "0"), cmd("CLIENT", "REPLY", "SKIP"), cmd("EXEC")},
+	}
+	for i, conv := range conversations {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, b := range conv {
+			if _, err := c.Write([]byte(b)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// The connection stays open; within a little over a second the
+		// cache answers again.
+		waitFor(t, func() bool { return !p.Cache.Suspended() })
+		before := hits(p)
+		warmKey(t, p, rc, "GET", "hot")
+		if hits(p) == before {
+			t.Fatalf("conversation %d: no cache answers afterwards", i)
+		}
+	}
+}
+
+// TestProtocolErrorWithMoreData: the error reaches the client even when it
+// sent megabytes after the bad request (Redis would reset a connection
+// closed with unread input).
+func TestProtocolErrorWithMoreData(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	for _, bad := range []string{"*x\r\n", "*2\r\n$3\r\nGET\r\n!3\r\n", strings.Repeat("a", 1<<20)} {
+		name := bad
+		if len(name) > 20 {
+			name = name[:20]
+		}
+		t.Run(name, func(t *testing.T) {
+			got, closed := converse(t, p.proxy.Addr, []step{send(cmd("PING") + bad + strings.Repeat("x", 4<<20))}, time.Second)
+			want, _ := converse(t, p.direct.Addr, []step{send(cmd("PING") + bad)}, 300*time.Millisecond)
+			if string(got) != string(want) || !closed {
+				t.Fatalf("got %q closed=%v, want %q and a close", got, closed, want)
+			}
+		})
+	}
+}
+
+// TestUnnotifiedDirectChanges: a CONFIG RESETSTAT that brings SWAPDB's
+// counter back, and notification classes removed and restored between two
+// checks, are both caught.
+func TestUnnotifiedDirectChanges(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	rc := client(t, p.Addr, 2)
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SWAPDB", "0", "1")
+	time.Sleep(300 * time.Millisecond) // a check reads SWAPDB's count
+	mustDo(t, direct, "SET", "k", "db0")
+	mustDo(t, direct, "EVAL", "redis.call('SELECT', 1) redis.call('SET', 'k', 'db1') return 1", "0")
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "CONFIG", "RESETSTAT")
+	mustDo(t, direct, "SWAPDB", "0", "1")
+	waitFor(t, func() bool { return rc.Get(ctx, "k").Val() == "db1" })
+
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "CONFIG", "SET", "notify-keyspace-events", "")
+	mustDo(t, direct, "SET", "k", "unnotified")
+	mustDo(t, direct, "CONFIG", "SET", "notify-keyspace-events", "KA")
+	waitFor(t, func() bool { return rc.Get(ctx, "k").Val() == "unnotified" })
+}
+
+// TestSync: SYNC's replication stream is not a reply; it passes through.
+func TestSync(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	mustDo(t, client(t, p.Addr, 2), "SET", "k", "v")
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(cmd("SYNC"))); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	head := make([]byte, 6)
+	if _, err := io.ReadFull(c, head); err != nil {
+		t.Fatalf("reading the RDB transfer: %v", err)
+	}
+	if head[0] != '$' && head[0] != '\n' {
+		t.Fatalf("SYNC began with %q, want an RDB transfer", head)
+	}
+}
+
+// TestRedisClosesUnreadClient: when Redis has closed a connection whose
+// client does not read, Cicada neither drops the pending reply nor spins.
+func TestRedisClosesUnreadClient(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	mustDo(t, client(t, r.Addr, 2), "SET", "big", strings.Repeat("x", 16<<20))
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(cmd("GET", "big") + cmd("QUIT"))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2000; i++ { // writes after the QUIT, nobody reads
+		if _, err := c.Write([]byte("x")); err != nil {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c)
+	if want := len("$16777216\r\n") + 16<<20 + 2 + len("+OK\r\n"); len(got) != want {
+		t.Fatalf("read %d bytes, want %d", len(got), want)
+	}
+
+}
