@@ -268,6 +268,11 @@ func (srv *Server) inflight() int64 {
 	return n
 }
 
+// AuthRulesChanged makes connections opened from now on prove again what
+// they may read, for a change of requirepass or ACL users made outside
+// Cicada. Safe from any goroutine.
+func (srv *Server) AuthRulesChanged() { srv.ids.rulesChanged() }
+
 // opaqueHold is how long the cache answers nothing after a write whose
 // completion Cicada cannot observe (opaque connections, protocol errors).
 const opaqueHold = time.Second

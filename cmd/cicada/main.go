@@ -85,7 +85,9 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	var srv *proxy.Server
 	sub := keyspace.New(keyspace.Config{
+		AuthChanged: func() { srv.AuthRulesChanged() },
 		Addr:        cfg.Upstream,
 		Username:    cfg.UpstreamUser,
 		Password:    cfg.UpstreamPassword,
@@ -93,7 +95,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 		DialTimeout: cfg.DialTimeout,
 		Logger:      log.Named("keyspace"),
 	}, cache)
-	srv, err := proxy.New(proxy.Config{
+	srv, err = proxy.New(proxy.Config{
 		Listen:           cfg.Listen,
 		Upstream:         cfg.Upstream,
 		Loops:            cfg.Loops,

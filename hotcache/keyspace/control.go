@@ -20,7 +20,13 @@ import (
 // checks would otherwise go unseen. A CONFIG RESETSTAT could bring a
 // counter back to a value already read, so total_commands_processed, which
 // only a reset lowers, is watched as well.
-var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "slaveof", "config|set", "config|resetstat"}
+var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "slaveof", "config|set", "config|resetstat",
+	"acl|setuser", "acl|deluser", "acl|load"}
+
+// authWatched are the watched commands that may change who may read what
+// (requirepass, ACL users): besides the flush, AuthChanged is called.
+var authWatched = map[string]bool{"config|set": true, "config|resetstat": true,
+	"acl|setuser": true, "acl|deluser": true, "acl|load": true}
 
 // totalCommands is the INFO stats field a CONFIG RESETSTAT lowers.
 const totalCommands = "total_commands_processed"
@@ -170,8 +176,11 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 			changed = "config|resetstat"
 		}
 		if changed != "" {
+			if authWatched[changed] && s.cfg.AuthChanged != nil {
+				s.cfg.AuthChanged()
+			}
 			s.cache.Flush()
-			s.log.Info("data may have changed without notifications; cache flushed", zap.String("command", changed))
+			s.log.Info("data or access rules may have changed without notifications; cache flushed", zap.String("command", changed))
 		}
 	}
 	s.counters = now

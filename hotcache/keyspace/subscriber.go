@@ -80,6 +80,10 @@ type Config struct {
 	CheckInterval time.Duration
 	// Logger receives one line per state change.
 	Logger *zap.Logger
+	// AuthChanged, if set, is called (on the subscriber's goroutine, before
+	// the cache is flushed) when CONFIG SET or an ACL change ran on Redis
+	// from any client: who may read what may have changed.
+	AuthChanged func()
 }
 
 // Subscriber is the notification consumer. Create with New, start with Run.

@@ -64,10 +64,11 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	if err != nil {
 		t.Fatalf("detector.New: %v", err)
 	}
-	sub := keyspace.New(keyspace.Config{Addr: upstream, Username: o.Username, Password: o.Password,
+	var srv *proxy.Server
+	sub := keyspace.New(keyspace.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: upstream, Username: o.Username, Password: o.Password,
 		Configure: true, DialTimeout: time.Second, CheckInterval: 200 * time.Millisecond, Logger: log.Named("keyspace")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-	srv, err := proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
+	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
 		MaxValue: o.MaxValue, Logger: log.Named("proxy")}, cache, det, sub)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

@@ -118,3 +118,39 @@ func TestMaxClients(t *testing.T) {
 		t.Fatalf("refused connection got %q closed=%v", out, closed)
 	}
 }
+
+// TestDirectAuthChanges: ACL and requirepass changes made on Redis directly
+// are seen within the check interval: no connection keeps reading what it
+// may no longer read.
+func TestDirectAuthChanges(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SET", "public:x", "v")
+	mustDo(t, direct, "ACL", "SETUSER", "alice", "on", ">pw", "~public:*", "+@all")
+	alice := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "alice", Password: "pw", DisableIdentity: true})
+	defer alice.Close()
+	warmKey(t, p, alice, "GET", "public:x")
+	mustDo(t, direct, "ACL", "SETUSER", "alice", "resetkeys", "~other:*")
+	waitFor(t, func() bool {
+		err := alice.Get(ctx, "public:x").Err()
+		return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
+	})
+
+	// requirepass set directly: an old connection keeps reading (Redis
+	// authenticated it already), a new one must be refused.
+	old := client(t, p.Addr, 2)
+	warmKey(t, p, old, "GET", "public:x")
+	mustDo(t, direct, "CONFIG", "SET", "requirepass", "now-secret")
+	time.Sleep(600 * time.Millisecond) // past the check interval
+	warmKey(t, p, old, "GET", "public:x")
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(cmd("GET", "public:x") + cmd("GET", "public:x"))); err != nil {
+		t.Fatal(err)
+	}
+	expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 2))
+}
