@@ -239,10 +239,23 @@ func TestCloseAfterBigReply(t *testing.T) {
 	}
 }
 
-// TestInlineLimit: an inline request longer than Redis's 64 KiB limit is a
-// protocol error, as Redis reads it.
+// TestInlineLimit: an unterminated inline request longer than any Redis
+// read can take gets Redis's protocol error. A terminated line between 64
+// and 160 KiB is one Redis itself takes or refuses depending on how its
+// reads fall; Cicada passes it to Redis, never answers it, and the client
+// gets one of Redis's two answers.
 func TestInlineLimit(t *testing.T) {
 	p := newPair(t, nil, cicadatest.Options{})
 	setupData(t, p)
-	p.compare(t, send(cmd("PING")+"GET hot"+strings.Repeat(" ", 100000)+"\r\n"))
+	p.compare(t, send(cmd("PING")+"GET hot"+strings.Repeat(" ", 200000)))
+	before := hits(p.proxy)
+	got, closed := converse(t, p.proxy.Addr, []step{send(cmd("PING") + "GET hot" + strings.Repeat(" ", 100000) + "\r\n")}, 300*time.Millisecond)
+	taken := string(got) == "+PONG\r\n$9\r\nhot-value\r\n" && !closed
+	refused := string(got) == "+PONG\r\n-ERR Protocol error: too big inline request\r\n" && closed
+	if !taken && !refused {
+		t.Fatalf("100 KB inline GET: got %q closed=%v, want Redis's reply or its protocol error", got, closed)
+	}
+	if hits(p.proxy) != before {
+		t.Error("a line Redis may refuse was answered from the cache")
+	}
 }
