@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/cicada-proxy/cicada/detector"
@@ -55,7 +56,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	if o.MaxValue == 0 {
 		o.MaxValue = 65536
 	}
-	log := zaptest.NewLogger(t)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue})
 	if err != nil {
 		t.Fatalf("hotcache.New: %v", err)

@@ -17,16 +17,16 @@ import (
 func TestRequirePass(t *testing.T) {
 	args := []string{"--requirepass", "s3cret"}
 	p := newPair(t, args, cicadatest.Options{Password: "s3cret"})
-	for _, srv := range []string{p.direct.Addr, p.behind.Addr} {
+	for _, srv := range []string{p.Direct.Addr, p.Behind.Addr} {
 		rc := redis.NewClient(&redis.Options{Addr: srv, Password: "s3cret", DisableIdentity: true})
 		mustDo(t, rc, "SET", "hot", "secret-value")
 		rc.Close()
 	}
-	authed := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Password: "s3cret", DisableIdentity: true})
+	authed := redis.NewClient(&redis.Options{Addr: p.Proxy.Addr, Password: "s3cret", DisableIdentity: true})
 	defer authed.Close()
-	warmKey(t, p.proxy, authed, "GET", "hot")
-	before := hits(p.proxy)
-	p.compare(t, send(cmds(
+	warmKey(t, p.Proxy, authed, "GET", "hot")
+	before := hits(p.Proxy)
+	p.Compare(t, send(cmds(
 		[]string{"GET", "hot"}, []string{"HGET", "hot", "f"}, []string{"AUTH", "wrong"}, []string{"GET", "hot"},
 		[]string{"AUTH", "s3cret"}, []string{"GET", "hot"}, []string{"AUTH", "wrong"}, []string{"GET", "hot"},
 		[]string{"RESET"}, []string{"GET", "hot"}, []string{"HELLO", "3", "AUTH", "default", "s3cret"}, []string{"GET", "hot"},
@@ -34,7 +34,7 @@ func TestRequirePass(t *testing.T) {
 	// 10,000 unauthenticated reads of the hot key, 100 per pipeline (Redis
 	// closes an unauthenticated client whose replies pile up): every one
 	// refused with Redis's exact reply.
-	c, err := net.Dial("tcp", p.proxy.Addr)
+	c, err := net.Dial("tcp", p.Proxy.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestRequirePass(t *testing.T) {
 		}
 		expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 100))
 	}
-	if hits(p.proxy) == before {
+	if hits(p.Proxy) == before {
 		t.Error("the authenticated reads were not answered from the cache")
 	}
 }
@@ -55,13 +55,13 @@ func TestRequirePass(t *testing.T) {
 // Redis's -NOPERM, not the value; a user allowed to read it gets hits.
 func TestACLKeyPatterns(t *testing.T) {
 	p := newPair(t, nil, cicadatest.Options{})
-	p.both(t, "ACL", "SETUSER", "alice", "on", ">pw", "~public:*", "+@all")
-	p.both(t, "ACL", "SETUSER", "bob", "on", ">pw", "~*", "+@all", "-get")
-	p.both(t, "SET", "secret", "classified")
-	p.both(t, "SET", "public:x", "open")
-	p.warm(t, "GET", "secret")
-	p.warm(t, "GET", "public:x")
-	got := p.compare(t, send(cmds(
+	p.Both(t, []string{"ACL", "SETUSER", "alice", "on", ">pw", "~public:*", "+@all"})
+	p.Both(t, []string{"ACL", "SETUSER", "bob", "on", ">pw", "~*", "+@all", "-get"})
+	p.Both(t, []string{"SET", "secret", "classified"})
+	p.Both(t, []string{"SET", "public:x", "open"})
+	p.Warm(t, "GET", "secret")
+	p.Warm(t, "GET", "public:x")
+	got := p.Compare(t, send(cmds(
 		[]string{"AUTH", "alice", "pw"}, []string{"GET", "secret"}, []string{"GET", "public:x"}, []string{"GET", "public:x"},
 		[]string{"AUTH", "bob", "pw"}, []string{"GET", "public:x"}, []string{"GET", "secret"},
 		[]string{"AUTH", "default", "nopass-is-fine"}, []string{"GET", "secret"},
@@ -70,10 +70,10 @@ func TestACLKeyPatterns(t *testing.T) {
 		t.Fatal("alice or bob got the secret value")
 	}
 	// ACL changes through Cicada take effect at once.
-	alice := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Username: "alice", Password: "pw", DisableIdentity: true})
+	alice := redis.NewClient(&redis.Options{Addr: p.Proxy.Addr, Username: "alice", Password: "pw", DisableIdentity: true})
 	defer alice.Close()
-	warmKey(t, p.proxy, alice, "GET", "public:x")
-	mustDo(t, client(t, p.proxy.Addr, 2), "ACL", "SETUSER", "alice", "resetkeys", "~other:*")
+	warmKey(t, p.Proxy, alice, "GET", "public:x")
+	mustDo(t, client(t, p.Proxy.Addr, 2), "ACL", "SETUSER", "alice", "resetkeys", "~other:*")
 	if err := alice.Get(context.Background(), "public:x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
 		t.Fatalf("GET after the permission was revoked: %v, want NOPERM", err)
 	}
@@ -86,19 +86,19 @@ func TestACLKeyPatterns(t *testing.T) {
 func TestUncertainIdentity(t *testing.T) {
 	long := strings.Repeat("u", 5000)
 	p := newPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw"})
-	for _, srv := range []string{p.direct.Addr, p.behind.Addr} {
+	for _, srv := range []string{p.Direct.Addr, p.Behind.Addr} {
 		rc := redis.NewClient(&redis.Options{Addr: srv, Password: "pw", DisableIdentity: true})
 		mustDo(t, rc, "SET", "secret", "classified")
 		mustDo(t, rc, "ACL", "SETUSER", long, "on", ">pw", "~public:*", "+@all")
 		rc.Close()
 	}
-	authed := redis.NewClient(&redis.Options{Addr: p.proxy.Addr, Password: "pw", DisableIdentity: true})
+	authed := redis.NewClient(&redis.Options{Addr: p.Proxy.Addr, Password: "pw", DisableIdentity: true})
 	defer authed.Close()
-	warmKey(t, p.proxy, authed, "GET", "secret")
-	p.compare(t, send(cmds([]string{"HELLO", "2", "AUTH", "default", "pw", "SETNAME", "bad name"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
-	p.compare(t, send(cmds([]string{"PING"}, []string{"GET", "secret"})))
-	p.compare(t, send(cmds([]string{"AUTH", long, "pw"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
-	p.compare(t, send(cmds([]string{"HELLO", "2", "AUTH", long, "pw"}, []string{"GET", "secret"})))
+	warmKey(t, p.Proxy, authed, "GET", "secret")
+	p.Compare(t, send(cmds([]string{"HELLO", "2", "AUTH", "default", "pw", "SETNAME", "bad name"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
+	p.Compare(t, send(cmds([]string{"PING"}, []string{"GET", "secret"})))
+	p.Compare(t, send(cmds([]string{"AUTH", long, "pw"}, []string{"GET", "secret"}, []string{"GET", "secret"})))
+	p.Compare(t, send(cmds([]string{"HELLO", "2", "AUTH", long, "pw"}, []string{"GET", "secret"})))
 }
 
 // TestMaxClients: a connection Redis refuses gets Redis's refusal, never a

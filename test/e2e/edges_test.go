@@ -17,10 +17,10 @@ import (
 // the captured arguments.
 func TestTransactionEdges(t *testing.T) {
 	p := newPair(t, nil, cicadatest.Options{})
-	setupData(t, p)
-	p.both(t, "ACL", "SETUSER", "nodiscard", "on", ">pw", "~*", "&*", "+@all", "-discard")
-	p.both(t, "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-multi")
-	p.both(t, "ACL", "SETUSER", "limited", "on", ">pw", "~public:*", "+@all")
+	p.LoadSample(t)
+	p.Both(t, []string{"ACL", "SETUSER", "nodiscard", "on", ">pw", "~*", "&*", "+@all", "-discard"})
+	p.Both(t, []string{"ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-multi"})
+	p.Both(t, []string{"ACL", "SETUSER", "limited", "on", ">pw", "~public:*", "+@all"})
 	hello := []string{"HELLO", "2"}
 	for range 520 {
 		hello = append(hello, "SETNAME", "n")
@@ -45,10 +45,10 @@ func TestTransactionEdges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			warmAll(t, p)
-			p.compare(t, tt.steps...)
-			if p.proxy.Cache.Suspended() {
-				waitFor(t, func() bool { return !p.proxy.Cache.Suspended() })
+			p.WarmSample(t)
+			p.Compare(t, tt.steps...)
+			if p.Proxy.Cache.Suspended() {
+				waitFor(t, func() bool { return !p.Proxy.Cache.Suspended() })
 			}
 		})
 	}
@@ -102,8 +102,8 @@ func TestProtocolErrorWithMoreData(t *testing.T) {
 			name = name[:20]
 		}
 		t.Run(name, func(t *testing.T) {
-			got, closed := converse(t, p.proxy.Addr, []step{send(cmd("PING") + bad + strings.Repeat("x", 4<<20))}, time.Second)
-			want, _ := converse(t, p.direct.Addr, []step{send(cmd("PING") + bad)}, 300*time.Millisecond)
+			got, closed := converse(t, p.Proxy.Addr, []step{send(cmd("PING") + bad + strings.Repeat("x", 4<<20))}, time.Second)
+			want, _ := converse(t, p.Direct.Addr, []step{send(cmd("PING") + bad)}, 300*time.Millisecond)
 			if string(got) != string(want) || !closed {
 				t.Fatalf("got %q closed=%v, want %q and a close", got, closed, want)
 			}

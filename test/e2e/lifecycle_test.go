@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/difftest"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
@@ -85,7 +86,7 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		nc.Close()
 	}
-	sideRun(t, r.Addr, []string{"RPUSH", "q", "job"})
+	difftest.SideRun(t, r.Addr, "RPUSH", "q", "job")
 	expectBytes(t, c, "*2\r\n$1\r\nq\r\n$3\r\njob\r\n")
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)

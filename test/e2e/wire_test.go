@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 
 	"io"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,163 +16,34 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
-	"github.com/cicada-proxy/cicada/test/redistest"
+	"github.com/cicada-proxy/cicada/test/difftest"
 )
 
-// step is one part of a conversation: bytes to send, or a side action
-// (run with side, a direct connection to the same Redis) before the next
-// send. wait pauses before the step.
-type step struct {
-	send string
-	side []string // a command run on a separate connection to the same address
-	wait time.Duration
-}
+// Conversation steps and encoders (see difftest).
+var (
+	send, sideCmd, pause = difftest.Send, difftest.SideCmd, difftest.Pause
+	cmd, cmds            = difftest.Command, difftest.Commands
+)
 
-func send(s string) step                { return step{send: s} }
-func sideCmd(args ...string) step       { return step{side: args, wait: 50 * time.Millisecond} }
-func pause(d time.Duration) step        { return step{wait: d} }
-func cmd(args ...string) string         { return string(encode(args...)) }
-func cmds(lines ...[]string) (s string) { return joinCmds(lines) }
-
-func joinCmds(lines [][]string) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.Write(encode(l...))
-	}
-	return b.String()
-}
-
-func encode(args ...string) []byte {
-	b := []byte("*" + strconv.Itoa(len(args)) + "\r\n")
-	for _, a := range args {
-		b = append(b, "$"+strconv.Itoa(len(a))+"\r\n"...)
-		b = append(b, a...)
-		b = append(b, "\r\n"...)
-	}
-	return b
-}
+type step = difftest.Step
 
 // converse runs steps on a new connection to addr and returns every byte
 // received until the connection has been quiet for quiet, and whether the
 // server closed it.
 func converse(t *testing.T, addr string, steps []step, quiet time.Duration) ([]byte, bool) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	tr, err := difftest.Run(addr, difftest.Conversation{Steps: steps, Quiet: quiet})
 	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
+		t.Fatal(err)
 	}
-	defer c.Close()
-	got := make(chan []byte, 64)
-	closed := make(chan bool, 1)
-	go func() {
-		buf := make([]byte, 1<<16)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				got <- append([]byte(nil), buf[:n]...)
-			}
-			if err != nil {
-				closed <- !errors.Is(err, net.ErrClosed)
-				close(got)
-				return
-			}
-		}
-	}()
-	for _, s := range steps {
-		if s.wait > 0 {
-			time.Sleep(s.wait)
-		}
-		if s.side != nil {
-			sideRun(t, addr, s.side)
-			continue
-		}
-		if _, err := c.Write([]byte(s.send)); err != nil {
-			break // the server closed the connection; what it sent is what counts
-		}
-	}
-	var out []byte
-	for {
-		select {
-		case b, ok := <-got:
-			if !ok {
-				return out, <-closed
-			}
-			out = append(out, b...)
-		case <-time.After(quiet):
-			return out, false
-		}
-	}
+	return tr.Clients[0].Bytes, tr.Clients[0].Closed
 }
 
-// sideRun runs one command on its own connection and discards the reply.
-func sideRun(t *testing.T, addr string, args []string) {
+// newPair starts a direct Redis and a Cicada in front of another.
+func newPair(t *testing.T, redisArgs []string, o cicadatest.Options) *difftest.Pair {
 	t.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
-	defer rc.Close()
-	a := make([]any, len(args))
-	for i, s := range args {
-		a[i] = s
-	}
-	if err := rc.Do(context.Background(), a...).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		t.Logf("side command %q: %v", args, err)
-	}
+	return difftest.NewPair(t, redisArgs, o)
 }
-
-// pair is a direct Redis and a Cicada in front of another Redis that holds
-// the same data.
-type pair struct {
-	direct, behind *redistest.Server
-	proxy          *cicadatest.Proxy
-}
-
-func newPair(t *testing.T, redisArgs []string, o cicadatest.Options) *pair {
-	t.Helper()
-	p := &pair{direct: redistest.Start(t, redisArgs...), behind: redistest.Start(t, redisArgs...)}
-	p.proxy = cicadatest.Start(t, p.behind.Addr, o)
-	return p
-}
-
-// both runs a command on both Redis servers directly (setup data).
-func (p *pair) both(t *testing.T, args ...string) {
-	t.Helper()
-	sideRun(t, p.direct.Addr, args)
-	sideRun(t, p.behind.Addr, args)
-}
-
-// warm reads key (GET) or key field (HGET) through Cicada until Cicada
-// answers it locally, and runs the same reads on the direct Redis.
-func (p *pair) warm(t *testing.T, args ...string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		before := hits(p.proxy)
-		sideRun(t, p.proxy.Addr, args)
-		sideRun(t, p.direct.Addr, args)
-		if hits(p.proxy) > before {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q never answered from the cache", args)
-		}
-	}
-}
-
-// compare runs the same conversation directly and through Cicada and fails
-// unless the bytes and the close are identical. It returns the bytes.
-func (p *pair) compare(t *testing.T, steps ...step) []byte {
-	t.Helper()
-	want, wantClosed := converse(t, p.direct.Addr, steps, 200*time.Millisecond)
-	got, gotClosed := converse(t, p.proxy.Addr, steps, 300*time.Millisecond)
-	// Client IDs differ between two servers (Cicada has connections of
-	// its own); everything else must be identical.
-	want, got = clientIDs.ReplaceAll(want, []byte("id\r\n:ID")), clientIDs.ReplaceAll(got, []byte("id\r\n:ID"))
-	if !bytes.Equal(got, want) || gotClosed != wantClosed {
-		t.Fatalf("through Cicada:\n got %q closed=%v\nwant %q closed=%v", got, gotClosed, want, wantClosed)
-	}
-	return got
-}
-
-var clientIDs = regexp.MustCompile(`id\r\n:[0-9]+`)
 
 // hits returns Cicada's local answers so far.
 func hits(p *cicadatest.Proxy) uint64 { return p.Server.Hits() }
