@@ -1,0 +1,99 @@
+package linearizability
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/difftest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+var (
+	runs     = flag.Int("lin.runs", 2, "histories to record and check (make conformance: 20)")
+	duration = flag.Duration("lin.duration", 2*time.Second, "length of each history (make conformance: 10s)")
+)
+
+// artifacts is where failing histories are written: $CICADA_ARTIFACTS, or
+// the system's temporary directory.
+func artifacts() string {
+	if d := os.Getenv("CICADA_ARTIFACTS"); d != "" {
+		return d
+	}
+	return os.TempDir()
+}
+
+// TestLinearizable records histories through Cicada (every key hot from
+// its first read, so most reads are answered from the cache) with writers
+// using every write kind, and checks each is linearizable.
+func TestLinearizable(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{})
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true})
+	defer rc.Close()
+	ctx := context.Background()
+	if err := rc.Do(ctx, "FUNCTION", "LOAD", "REPLACE", difftest.FunctionLibrary).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < *runs; i++ {
+		if err := rc.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		hits := p.Server.Hits()
+		history, err := Record(ctx, Workload{Addr: p.Addr, Readers: []int{0, 0, 1}, Writers: []int{0, 0, 1},
+			Duration: *duration, Pause: 300 * time.Microsecond, Seed: uint64(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads := 0
+		for _, o := range history {
+			if k := o.Input.(Input).Kind; k == Get || k == HGet {
+				reads++
+			}
+		}
+		res, files, err := Check(NewModel(false), history, 5*time.Minute, artifacts(), fmt.Sprintf("cicada-history-%d-%d", time.Now().Unix(), i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res != porcupine.Ok {
+			t.Fatalf("run %d: %d operations: %s; kept in %v", i, len(history), res, files)
+		}
+		t.Logf("run %d: %d operations (%d reads, %d answered from the cache): linearizable",
+			i, len(history), reads, p.Server.Hits()-hits)
+	}
+}
+
+// TestCheckerRejects keeps the checker honest: histories that are not
+// linearizable (a stale read after an acknowledged write, a read of an
+// expired key) must be rejected, with a visualization written.
+func TestCheckerRejects(t *testing.T) {
+	for _, name := range []string{"stale-read", "read-after-expiry", "stale-after-swapdb"} {
+		t.Run(name, func(t *testing.T) {
+			history, err := Load("testdata/" + name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, files, err := Check(NewModel(false), history, time.Minute, t.TempDir(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res != porcupine.Illegal || len(files) != 2 {
+				t.Fatalf("checker says %s, want %s with a visualization", res, porcupine.Illegal)
+			}
+			if st, err := os.Stat(files[0]); err != nil || st.Size() == 0 {
+				t.Fatalf("visualization %s: %v", files[0], err)
+			}
+			// The same history without its last read is linearizable.
+			if res, _, _ := Check(NewModel(false), history[:len(history)-1], time.Minute, t.TempDir(), name); res != porcupine.Ok {
+				t.Fatalf("without the bad read the checker says %s, want %s", res, porcupine.Ok)
+			}
+		})
+	}
+}
