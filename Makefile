@@ -5,13 +5,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: help build run test deps fmt clean
+.PHONY: help build run test conformance deps fmt clean
 .DEFAULT_GOAL := build
 
 help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
+	@echo "make conformance  the long differential, linearizability and fault runs (about 30 min)"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
@@ -36,6 +37,14 @@ deps:
 test: deps
 	go vet ./...
 	go test -race -count=1 -timeout 20m ./...
+
+# The long runs of issue 3's harnesses; `make test` runs short, seeded ones.
+# -v prints the figures (conversations, histories, stale windows).
+conformance: deps
+	go test -count=1 -timeout 60m -v -run TestGenerated ./test/conformance \
+		-conformance.n=10000 -conformance.workers=2
+	go test -count=1 -timeout 60m -v -run 'TestLinearizable|TestFaults|TestBypassStaleness' ./test/linearizability \
+		-lin.runs=20 -lin.duration=10s
 
 fmt:
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
