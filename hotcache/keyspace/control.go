@@ -114,38 +114,48 @@ func (s *Subscriber) interval() time.Duration {
 	return d
 }
 
-// checkRedis checks notify-keyspace-events, adds the missing classes when
-// allowed (flushing the cache: writes in the gap were not notified), reads
-// proto-max-bulk-len and timeout, and checks the command counters.
+// checkRedis checks the configuration (checkConfig) and the command
+// counters (checkCounters).
 func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
+	if _, err := s.checkConfig(ctx, ctl); err != nil {
+		return err
+	}
+	return s.checkCounters(ctx, ctl)
+}
+
+// checkConfig checks notify-keyspace-events, adds the missing classes when
+// allowed (flushing the cache: writes in the gap were not notified; set
+// reports that it did), and reads proto-max-bulk-len and timeout.
+func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bool, err error) {
 	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "proto-max-bulk-len", "timeout")
 	_ = ctl.Process(ctx, get)
 	cfg, err := get.Result()
 	if err != nil {
-		return fmt.Errorf("keyspace: CONFIG GET: %w", err)
+		return false, fmt.Errorf("keyspace: CONFIG GET: %w", err)
 	}
 	cur, ok := cfg["notify-keyspace-events"]
 	if !ok {
-		return fmt.Errorf("keyspace: CONFIG GET: no notify-keyspace-events")
+		return false, fmt.Errorf("keyspace: CONFIG GET: no notify-keyspace-events")
 	}
 	if missing := missingClasses(cur); missing != "" {
 		if !s.cfg.Configure {
-			return ErrNotConfigured
+			return false, ErrNotConfigured
 		}
 		merged := cur + missing
 		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
-			return fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
+			return false, fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
 		}
 		// Writes made while the classes were missing sent no notification.
 		s.cache.Flush()
 		s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
 		after, err := ctl.ConfigGet(ctx, "notify-keyspace-events").Result()
 		if err != nil {
-			return fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)
+			return true, fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)
 		}
 		if missing := missingClasses(after["notify-keyspace-events"]); missing != "" {
-			return fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
+			return true, fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
 		}
+		set = true
 	}
 	if n, err := strconv.ParseInt(cfg["proto-max-bulk-len"], 10, 64); err == nil {
 		s.maxBulk.Store(n)
@@ -153,19 +163,56 @@ func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
 	if n, err := strconv.ParseInt(cfg["timeout"], 10, 64); err == nil && n >= 0 {
 		s.idle.Store(int64(time.Duration(n) * time.Second))
 	}
-	return s.checkCounters(ctx, ctl)
+	return set, nil
 }
 
 // checkCounters reads INFO commandstats and flushes the cache when a
 // watched command ran since the last reading (or the counters were reset).
+// After a CONFIG SET or CONFIG RESETSTAT it checks the configuration too
+// (checkConfig) before it returns: a fence must not pass on a
+// subscription that a removed notify-keyspace-events class has made deaf.
 func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error {
+	now, err := s.readCounters(ctx, ctl)
+	if err != nil {
+		return err
+	}
+	configChanged := s.counters != nil && (now["config|set"] != s.counters["config|set"] ||
+		now["config|resetstat"] != s.counters["config|resetstat"] || now[totalCommands] < s.counters[totalCommands])
+	s.compareCounters(now)
+	s.counters = now
+	if !configChanged {
+		return nil
+	}
+	set, err := s.checkConfig(ctx, ctl)
+	if err != nil || !set {
+		return err
+	}
+	// Cicada's own CONFIG SET moved config|set by one; anything else that
+	// ran meanwhile flushes again.
+	after, err := s.readCounters(ctx, ctl)
+	if err != nil {
+		return err
+	}
+	now["config|set"]++
+	s.counters = now
+	s.compareCounters(after)
+	s.counters = after
+	return nil
+}
+
+func (s *Subscriber) readCounters(ctx context.Context, ctl *redis.Client) (map[string]int64, error) {
 	info, err := ctl.Info(ctx, "commandstats", "stats").Result()
 	if err != nil {
-		return fmt.Errorf("keyspace: INFO commandstats stats: %w", err)
+		return nil, fmt.Errorf("keyspace: INFO commandstats stats: %w", err)
 	}
-	now := parseCalls(info, watched)
+	return parseCalls(info, watched), nil
+}
+
+// compareCounters flushes the cache (and reports access rules changed) if
+// now differs from the last reading.
+func (s *Subscriber) compareCounters(now map[string]int64) {
+	changed := ""
 	if s.counters != nil {
-		changed := ""
 		for _, name := range watched {
 			if now[name] != s.counters[name] {
 				changed = name
@@ -183,8 +230,6 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 			s.log.Info("data or access rules may have changed without notifications; cache flushed", zap.String("command", changed))
 		}
 	}
-	s.counters = now
-	return nil
 }
 
 // parseCalls returns the calls= counts of the named commands in an INFO

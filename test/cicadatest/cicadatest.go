@@ -30,6 +30,9 @@ type Options struct {
 	// NoWait skips waiting for the notification subscription (for tests
 	// of an upstream that is down).
 	NoWait bool
+	// CheckInterval is the period of the subscriber's checks of Redis;
+	// default 200 ms.
+	CheckInterval time.Duration
 }
 
 // Proxy is a running Cicada. Fields are read-only.
@@ -56,6 +59,9 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	if o.MaxValue == 0 {
 		o.MaxValue = 65536
 	}
+	if o.CheckInterval == 0 {
+		o.CheckInterval = 200 * time.Millisecond
+	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue})
 	if err != nil {
@@ -67,7 +73,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 	}
 	var srv *proxy.Server
 	sub := keyspace.New(keyspace.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: upstream, Username: o.Username, Password: o.Password,
-		Configure: true, DialTimeout: time.Second, CheckInterval: 200 * time.Millisecond, Logger: log.Named("keyspace")}, cache)
+		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("keyspace")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
 		MaxValue: o.MaxValue, Logger: log.Named("proxy")}, cache, det, sub)

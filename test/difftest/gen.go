@@ -136,7 +136,7 @@ func (g *Generator) field() string { return g.pick("f", "f", "g", "m") }
 // read returns a read command: mostly GET and HGET, the commands Cicada
 // answers from its cache.
 func (g *Generator) read() []string {
-	switch g.r.IntN(16) {
+	switch g.r.IntN(24) {
 	case 0:
 		return []string{"MGET", g.skey(), g.skey()}
 	case 1:
@@ -155,10 +155,10 @@ func (g *Generator) read() []string {
 		return []string{"EVAL", "return redis.call('GET', KEYS[1])", "1", g.skey()}
 	case 8:
 		return []string{"FCALL_RO", "cget", "1", g.skey()}
-	case 9, 10, 11:
-		return []string{"HGET", g.pick("h", "h", "a", "x"), g.field()}
+	case 9, 10, 11, 12, 13:
+		return []string{"HGET", g.pick("h", "h", "h", "a", "x"), g.field()}
 	default:
-		return []string{"GET", g.key()}
+		return []string{"GET", g.pick("a", "a", "b", "b", "c", "n", "x", "h")}
 	}
 }
 

@@ -241,6 +241,36 @@ func TestNotifyKeyspaceEvents(t *testing.T) {
 	}
 }
 
+// TestNotifyEventsEmptiedDirectly: notify-keyspace-events emptied on a
+// direct connection, then scripts through Cicada write a cached key they
+// do not declare, twice. The first script's fence sees the CONFIG SET in
+// INFO commandstats; the second's must not pass on a subscription that no
+// longer hears writes (found by TestFaults in test/linearizability: the
+// classes were restored only by the next periodic check).
+func TestNotifyEventsEmptiedDirectly(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{CheckInterval: time.Hour})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "SET", "k", "v0")
+	warmKey(t, p, rc, "GET", "k")
+	mustDo(t, direct, "CONFIG", "SET", "notify-keyspace-events", "")
+	for i := 1; i <= 3; i++ {
+		want := "v" + strconv.Itoa(i)
+		mustDo(t, rc, "EVAL", "return redis.call('SET', ARGV[1], ARGV[2])", 0, "k", want)
+		for range 3 {
+			if got := rc.Get(ctx, "k").Val(); got != want {
+				t.Fatalf("GET after script write %d = %q, want %q", i, got, want)
+			}
+		}
+	}
+	got := direct.ConfigGet(ctx, "notify-keyspace-events").Val()["notify-keyspace-events"]
+	if !containsRune(got, 'K') || !containsRune(got, 'A') {
+		t.Errorf("notify-keyspace-events = %q: Cicada did not restore its classes", got)
+	}
+}
+
 func containsRune(s string, r rune) bool {
 	for _, c := range s {
 		if c == r {

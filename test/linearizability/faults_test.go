@@ -3,6 +3,7 @@ package linearizability
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,7 +102,7 @@ func TestFaults(t *testing.T) {
 		writes    []Kind // default AllWrites
 		setup     func(t *testing.T, f *faultEnv)
 		inject    func(t *testing.T, f *faultEnv) // runs 1 s into the recording
-		check     func(t *testing.T, f *faultEnv, subs float64)
+		check     func(t *testing.T, f *faultEnv, before snapshot)
 	}{
 		{name: "CLIENT KILL TYPE pubsub",
 			inject: func(t *testing.T, f *faultEnv) {
@@ -110,9 +111,9 @@ func TestFaults(t *testing.T) {
 					time.Sleep(300 * time.Millisecond)
 				}
 			},
-			check: func(t *testing.T, f *faultEnv, subs float64) {
-				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < subs+1 {
-					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v after the kills", got, subs)
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
+				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < before.subs+1 {
+					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v after the kills", got, before.subs)
 				}
 			}},
 		{name: "pubsub output buffer limit",
@@ -124,12 +125,12 @@ func TestFaults(t *testing.T) {
 				time.Sleep(500 * time.Millisecond)
 				f.do(t, "CONFIG", "SET", "client-output-buffer-limit", "pubsub 32mb 8mb 60")
 			},
-			check: func(t *testing.T, f *faultEnv, subs float64) {
-				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < subs+1 {
-					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v: Redis should have dropped the subscription", got, subs)
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
+				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < before.subs+1 {
+					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v: Redis should have dropped the subscription", got, before.subs)
 				}
 			}},
-		{name: "Redis restart", evictable: true, writes: withoutFCall(),
+		{name: "Redis restart", evictable: true, writes: without(FCallSet), // the restart forgets the library
 			inject: func(t *testing.T, f *faultEnv) {
 				f.redis.Stop()
 				time.Sleep(500 * time.Millisecond)
@@ -137,13 +138,13 @@ func TestFaults(t *testing.T) {
 				f.direct = redis.NewClient(&redis.Options{Addr: f.redis.Addr, DisableIdentity: true})
 				t.Cleanup(func() { _ = f.direct.Close() })
 			},
-			check: func(t *testing.T, f *faultEnv, subs float64) {
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
 				cfg := f.do(t, "CONFIG", "GET", "notify-keyspace-events")
 				if s := fmt.Sprint(cfg); !strings.ContainsAny(s, "KA") {
 					t.Errorf("notify-keyspace-events after restart %v: Cicada did not set it again", s)
 				}
-				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < subs+1 {
-					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v", got, subs)
+				if got := f.metric(t, "cicada_keyspace_subscriptions_total"); got < before.subs+1 {
+					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v", got, before.subs)
 				}
 			}},
 		{name: "SIGSTOP 3 s",
@@ -157,31 +158,44 @@ func TestFaults(t *testing.T) {
 				f.do(t, "CONFIG", "SET", "notify-keyspace-events", "")
 				time.Sleep(time.Second)
 			},
-			check: func(t *testing.T, f *faultEnv, subs float64) {
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
 				cfg := fmt.Sprint(f.do(t, "CONFIG", "GET", "notify-keyspace-events"))
 				if !strings.ContainsAny(cfg, "KA") {
 					t.Errorf("notify-keyspace-events %v: Cicada did not restore it", cfg)
 				}
+				if got := f.metric(t, "cicada_cache_evictions_total", "reason", "flush"); got <= before.flushed {
+					t.Errorf(`cicada_cache_evictions_total{reason="flush"} %v, want > %v: the cache was not emptied`, got, before.flushed)
+				}
 			}},
-		{name: "maxmemory eviction", evictable: true,
+		{name: "maxmemory eviction", evictable: true, writes: without(FlushAll, FlushDB),
 			redisArgs: []string{"--maxmemory", "8mb", "--maxmemory-policy", "allkeys-random"},
 			inject: func(t *testing.T, f *faultEnv) {
-				big := strings.Repeat("x", 64<<10)
-				for i := 0; i < 400; i++ {
+				// Flushes would free the memory before Redis must evict:
+				// the writers here send none.
+				big := strings.Repeat("x", 256<<10)
+				for i := 0; i < 200; i++ {
 					// An OOM refusal is possible while Redis evicts.
 					f.direct.Set(context.Background(), fmt.Sprintf("filler:%d", i), big, 0)
 				}
 			},
-			check: func(t *testing.T, f *faultEnv, subs float64) {
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
 				info := fmt.Sprint(f.do(t, "INFO", "stats"))
 				if !strings.Contains(info, "evicted_keys:") || strings.Contains(info, "evicted_keys:0\r") {
 					t.Errorf("Redis evicted nothing: the fault did not happen\n%s", info)
+				}
+				if got := f.metric(t, "cicada_cache_evictions_total", "reason", "notification"); got <= before.notified {
+					t.Errorf(`cicada_cache_evictions_total{reason="notification"} %v, want > %v`, got, before.notified)
 				}
 			}},
 		{name: "short TTL among 200000 long TTLs", writes: []Kind{Set, PExpire, PExpire, PExpire, Append, Incr, HSet, Multi},
 			setup: func(t *testing.T, f *faultEnv) {
 				f.do(t, "DEBUG", "POPULATE", 200000, "long")
 				f.do(t, "EVAL", "for i = 0, 199999 do redis.call('EXPIRE', 'long:' .. i, 3600) end", 0)
+			},
+			check: func(t *testing.T, f *faultEnv, before snapshot) {
+				if got := f.metric(t, "cicada_cache_evictions_total", "reason", "expired"); got <= before.expired {
+					t.Errorf(`cicada_cache_evictions_total{reason="expired"} %v, want > %v: no cached TTL ran out`, got, before.expired)
+				}
 			}},
 	}
 	for _, tt := range tests {
@@ -195,7 +209,12 @@ func TestFaults(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t, f)
 			}
-			subs := f.metric(t, "cicada_keyspace_subscriptions_total")
+			before := snapshot{
+				subs:     f.metric(t, "cicada_keyspace_subscriptions_total"),
+				flushed:  f.metric(t, "cicada_cache_evictions_total", "reason", "flush"),
+				notified: f.metric(t, "cicada_cache_evictions_total", "reason", "notification"),
+				expired:  f.metric(t, "cicada_cache_evictions_total", "reason", "expired"),
+			}
 			var wg sync.WaitGroup
 			if tt.inject != nil {
 				wg.Add(1)
@@ -222,17 +241,21 @@ func TestFaults(t *testing.T) {
 			}
 			f.recovered(t)
 			if tt.check != nil {
-				tt.check(t, f, subs)
+				tt.check(t, f, before)
 			}
 			t.Logf("%d operations, linearizable; %v answered from the cache", len(history), f.metric(t, "cicada_cache_hits_total"))
 		})
 	}
 }
 
-func withoutFCall() []Kind {
+// snapshot holds metrics read before a fault.
+type snapshot struct{ subs, flushed, notified, expired float64 }
+
+// without returns AllWrites but kinds.
+func without(kinds ...Kind) []Kind {
 	var w []Kind
 	for _, k := range AllWrites {
-		if k != FCallSet {
+		if !slices.Contains(kinds, k) {
 			w = append(w, k)
 		}
 	}

@@ -17,8 +17,9 @@ import (
 )
 
 var (
-	runs     = flag.Int("lin.runs", 2, "histories to record and check (make conformance: 20)")
-	duration = flag.Duration("lin.duration", 2*time.Second, "length of each history (make conformance: 10s)")
+	runs      = flag.Int("lin.runs", 2, "histories to record and check (make conformance: 20)")
+	duration  = flag.Duration("lin.duration", 2*time.Second, "length of each history (make conformance: 10s)")
+	keepViews = flag.Bool("lin.keep-views", false, "write the visualizations of testdata's failing histories next to them")
 )
 
 // artifacts is where failing histories are written: $CICADA_ARTIFACTS, or
@@ -73,8 +74,13 @@ func TestLinearizable(t *testing.T) {
 // TestCheckerRejects keeps the checker honest: histories that are not
 // linearizable (a stale read after an acknowledged write, a read of an
 // expired key) must be rejected, with a visualization written.
+// notify-emptied.json is from a real failure (TestFaults, before the fix
+// of TestNotifyEventsEmptiedDirectly in test/e2e): the operations on key b
+// of db 0 in its last 10 ms, after a first SET (client 9) that recreates
+// b's value at the excerpt's start; notify-emptied.html is porcupine's
+// view of it.
 func TestCheckerRejects(t *testing.T) {
-	for _, name := range []string{"stale-read", "read-after-expiry", "stale-after-swapdb"} {
+	for _, name := range []string{"stale-read", "read-after-expiry", "stale-after-swapdb", "notify-emptied"} {
 		t.Run(name, func(t *testing.T) {
 			history, err := Load("testdata/" + name + ".json")
 			if err != nil {
@@ -89,6 +95,12 @@ func TestCheckerRejects(t *testing.T) {
 			}
 			if st, err := os.Stat(files[0]); err != nil || st.Size() == 0 {
 				t.Fatalf("visualization %s: %v", files[0], err)
+			}
+			if *keepViews {
+				b, _ := os.ReadFile(files[0])
+				if err := os.WriteFile("testdata/"+name+".html", b, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			// The same history without its last read is linearizable.
 			if res, _, _ := Check(NewModel(false), history[:len(history)-1], time.Minute, t.TempDir(), name); res != porcupine.Ok {
