@@ -49,7 +49,7 @@ func TestLinearizable(t *testing.T) {
 		}
 		hits := p.Server.Hits()
 		history, err := Record(ctx, Workload{Addr: p.Addr, Readers: []int{0, 0, 1}, Writers: []int{0, 0, 1},
-			Duration: *duration, Pause: 300 * time.Microsecond, Seed: uint64(i)})
+			Duration: *duration, Pause: 300 * time.Microsecond, WriterPause: 3 * time.Millisecond, Seed: uint64(i)})
 		if err != nil {
 			t.Fatal(err)
 		}

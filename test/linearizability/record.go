@@ -47,9 +47,10 @@ type Workload struct {
 	// (0: no bound).
 	Duration time.Duration
 	Ops      int
-	// Pause is the longest random pause between a client's operations.
-	Pause time.Duration
-	Seed  uint64
+	// Pause and WriterPause are the longest random pauses between a
+	// reader's and a writer's operations (WriterPause 0: Pause).
+	Pause, WriterPause time.Duration
+	Seed               uint64
 	// Tolerate keeps recording when connections fail (fault tests): a
 	// failed write is kept with an unknown outcome, a failed read dropped.
 	Tolerate bool
@@ -107,8 +108,11 @@ func Record(ctx context.Context, w Workload) ([]porcupine.Operation, error) {
 			mu.Lock()
 			history = append(history, porcupine.Operation{ClientId: id, Input: in, Call: in.Call, Output: out, Return: in.Return})
 			mu.Unlock()
-			if w.Pause > 0 {
-				time.Sleep(time.Duration(rng.Int64N(int64(w.Pause))))
+			if pause := w.Pause; pause > 0 {
+				if writer && w.WriterPause > 0 {
+					pause = w.WriterPause
+				}
+				time.Sleep(time.Duration(rng.Int64N(int64(pause))))
 			}
 		}
 	}
