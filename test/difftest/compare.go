@@ -62,52 +62,67 @@ func diffSeq(wv, gv []item) string {
 	return ""
 }
 
-// diffSplit compares replies and pushes as two sequences, and allows a
-// push to arrive through Cicada before the reply it followed directly,
-// never after. Where Redis puts a push among the replies of one pipeline
-// depends on how the pipeline reached it (a CLIENT TRACKING BCAST
-// invalidation goes out once per event-loop iteration, so a pipeline
-// split in two TCP segments gets it earlier); but a push Redis queued
-// before a reply must reach the client before that reply.
+// diffSplit compares replies, invalidation pushes and other pushes as
+// three sequences, and allows a push to arrive through Cicada before the
+// reply it followed directly, never after. Where Redis puts a push among
+// the replies of one pipeline depends on how the pipeline reached it (a
+// CLIENT TRACKING BCAST invalidation goes out once per event-loop
+// iteration, so a pipeline split in two TCP segments gets it earlier, and
+// its keys grouped otherwise); but a push Redis queued before a reply must
+// reach the client before that reply.
 func diffSplit(wv, gv []item) string {
-	wr, wp := split(wv)
-	gr, gp := split(gv)
+	wr, wi, wp := split(wv)
+	gr, gi, gp := split(gv)
 	if d := diffSeq(wr, gr); d != "" {
 		return d
 	}
-	if d := diffSeq(wp, gp); d != "" {
-		return "push " + d
-	}
-	for k := range wp {
-		if gp[k].before > wp[k].before {
-			return fmt.Sprintf("push %d %s arrived after reply %d; directly it came before it", k, clip(wp[k].raw), wp[k].before)
+	for _, seq := range [][2][]item{{wi, gi}, {wp, gp}} {
+		w, g := seq[0], seq[1]
+		if d := diffSeq(w, g); d != "" {
+			return "push " + d
+		}
+		for k := range w {
+			if g[k].before > w[k].before {
+				return fmt.Sprintf("push %s arrived after reply %d; directly it came before it", clip(w[k].raw), w[k].before)
+			}
 		}
 	}
 	return ""
 }
 
-// split separates replies from pushes, noting for each push how many
-// replies preceded it. A CLIENT TRACKING invalidation naming several keys
-// counts as one push per key: Redis batches a BCAST client's keys per
-// event-loop iteration, so how they are grouped depends on segmentation.
-func split(v []item) (replies, pushes []item) {
+// split separates replies, invalidations (one per key) and other pushes,
+// noting for each push how many replies preceded it.
+func split(v []item) (replies, invalidations, pushes []item) {
 	for _, it := range v {
-		if it.cmd == "push" {
-			it.before = len(replies)
-			if keys := invalidated(it.value); keys != nil {
-				for _, k := range keys {
-					one := it
-					one.norm = "invalidate " + string(k.Raw)
-					pushes = append(pushes, one)
-				}
-				continue
-			}
-			pushes = append(pushes, it)
-		} else {
+		if it.cmd != "push" {
 			replies = append(replies, it)
+			continue
+		}
+		it.before = len(replies)
+		keys := invalidated(it.value)
+		if keys == nil {
+			pushes = append(pushes, it)
+		}
+		for _, k := range keys {
+			one := it
+			one.norm = "invalidate " + string(k.Raw)
+			invalidations = append(invalidations, one)
 		}
 	}
-	return replies, pushes
+	return replies, invalidations, pushes
+}
+
+// unsubscribed reports whether v confirms an UNSUBSCRIBE, PUNSUBSCRIBE or
+// SUNSUBSCRIBE (RESP2 array or RESP3 push).
+func unsubscribed(v Value) bool {
+	if len(v.Elems) != 3 {
+		return false
+	}
+	switch string(v.Elems[0].Raw) {
+	case "$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n":
+		return true
+	}
+	return false
 }
 
 // invalidated returns the keys of a CLIENT TRACKING invalidation push
@@ -154,6 +169,11 @@ func items(r *Received) ([]item, []byte) {
 				it.norm = normalized(owners[replies], v)
 			}
 			replies++
+		}
+		if unsubscribed(v) {
+			// UNSUBSCRIBE without channels confirms each in the order of
+			// the server's hash table of them: compare the counts only.
+			it.norm = string(v.Type) + string(v.Elems[0].Raw) + string(v.Elems[2].Raw)
 		}
 		out = append(out, it)
 		b = b[n:]

@@ -35,21 +35,27 @@ func TestBypassStaleness(t *testing.T) {
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
-	// Load: 4 clients pipelining GETs of other hot keys through Cicada.
-	for c := 0; c < 4; c++ {
+	// client runs body on its own connection to Cicada until the end.
+	client := func(body func(rc *redis.Client)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, PoolSize: 1})
 			defer rc.Close()
 			for ctx.Err() == nil {
-				pipe := rc.Pipeline()
-				for i := 0; i < 16; i++ {
-					pipe.Get(ctx, "load"+strconv.Itoa(i))
-				}
-				_, _ = pipe.Exec(ctx)
+				body(rc)
 			}
 		}()
+	}
+	// Load: 4 clients pipelining GETs of other hot keys through Cicada.
+	for c := 0; c < 4; c++ {
+		client(func(rc *redis.Client) {
+			pipe := rc.Pipeline()
+			for i := 0; i < 16; i++ {
+				pipe.Get(ctx, "load"+strconv.Itoa(i))
+			}
+			_, _ = pipe.Exec(ctx)
+		})
 	}
 	// Readers: (start of the read, version read).
 	type read struct {
@@ -58,19 +64,12 @@ func TestBypassStaleness(t *testing.T) {
 	}
 	reads := make([][]read, 2)
 	for c := range reads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, PoolSize: 1})
-			defer rc.Close()
-			for ctx.Err() == nil {
-				at := time.Since(start)
-				v, err := rc.Get(ctx, "k").Int()
-				if err == nil {
-					reads[c] = append(reads[c], read{at, v})
-				}
+		client(func(rc *redis.Client) {
+			at := time.Since(start)
+			if v, err := rc.Get(ctx, "k").Int(); err == nil {
+				reads[c] = append(reads[c], read{at, v})
 			}
-		}()
+		})
 	}
 	const writes = 3000
 	acked := make([]time.Duration, writes+1)
