@@ -67,24 +67,43 @@ func diffSeq(wv, gv []item) string {
 // reply it followed directly, never after. Where Redis puts a push among
 // the replies of one pipeline depends on how the pipeline reached it (a
 // CLIENT TRACKING BCAST invalidation goes out once per event-loop
-// iteration, so a pipeline split in two TCP segments gets it earlier, and
-// its keys grouped otherwise); but a push Redis queued before a reply must
-// reach the client before that reply.
+// iteration, so a pipeline split in two TCP segments gets it earlier, its
+// keys grouped otherwise, or one more of them, when tracking is turned off
+// later in the pipeline); but a push Redis queued before a reply must
+// reach the client before that reply. So through Cicada the invalidations
+// (one per key) must contain Redis's in order, each no later, and may have
+// more.
 func diffSplit(wv, gv []item) string {
 	wr, wi, wp := split(wv)
 	gr, gi, gp := split(gv)
 	if d := diffSeq(wr, gr); d != "" {
 		return d
 	}
-	for _, seq := range [][2][]item{{wi, gi}, {wp, gp}} {
-		w, g := seq[0], seq[1]
-		if d := diffSeq(w, g); d != "" {
-			return "push " + d
+	if d := diffSeq(wp, gp); d != "" {
+		return "push " + d
+	}
+	if d := notLater(wp, gp); d != "" {
+		return d
+	}
+	var matched []item
+	for _, w := range wi {
+		for len(gi) > 0 && gi[0].norm != w.norm {
+			gi = gi[1:]
 		}
-		for k := range w {
-			if g[k].before > w[k].before {
-				return fmt.Sprintf("push %s arrived after reply %d; directly it came before it", clip(w[k].raw), w[k].before)
-			}
+		if len(gi) == 0 {
+			return fmt.Sprintf("invalidation push %s missing through Cicada", clip(w.raw))
+		}
+		matched, gi = append(matched, gi[0]), gi[1:]
+	}
+	return notLater(wi, matched)
+}
+
+// notLater checks that each push of g came after no more replies than the
+// same push of w.
+func notLater(w, g []item) string {
+	for k := range w {
+		if g[k].before > w[k].before {
+			return fmt.Sprintf("push %s arrived after reply %d; directly it came before it", clip(w[k].raw), w[k].before)
 		}
 	}
 	return ""
