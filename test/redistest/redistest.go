@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -94,6 +95,9 @@ func StartPort(t testing.TB, fixed int, args ...string) *Server {
 			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
 		}, args...)
 		cmd := exec.Command(bin, full...)
+		// A test binary killed by its -timeout runs no cleanup: the
+		// kernel stops the server with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("start redis-server: %v", err)
 		}
