@@ -65,7 +65,8 @@ type Config struct {
 	HotThreshold uint32 `koanf:"hot-threshold"`
 	// Loops is the number of event loops, 1 to 256. A configured 0 (the
 	// default) means runtime.GOMAXPROCS(0), capped at 256; Load resolves it,
-	// so a loaded Config always has Loops >= 1.
+	// so a loaded Config always has Loops >= 1. run then raises GOMAXPROCS
+	// to at least Loops+1 (reserveP).
 	Loops int `koanf:"loops"`
 	// CacheMaxValue is the largest reply value, in bytes, that may be
 	// cached; larger ones never are. Default 65536 (64 KiB); 0 disables the
@@ -130,7 +131,7 @@ var settings = []setting{
 	{key: "upstream", def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
 	{key: "admin", def: ":9121", usage: "HTTP admin address for /metrics, /healthz and /readyz"},
 	{key: "hot-threshold", def: uint32(1000), usage: "ops/s on one key (1-s window) at which the key is hot, >= 1"},
-	{key: "loops", def: 0, usage: "event loops, at most 256; 0 = GOMAXPROCS"},
+	{key: "loops", def: 0, usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},
 	{key: "cache-max-value", def: byteSize(64 << 10), usage: "replies with a larger value are not cached; 0 disables the cache"},
 	{key: "cache-capacity", def: 10000, usage: "maximum number of cached replies"},
 	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
