@@ -271,6 +271,32 @@ func TestNotifyEventsEmptiedDirectly(t *testing.T) {
 	}
 }
 
+// TestScriptSwapDB: a script that runs SWAPDB sends no keyspace
+// notification that names a key; only the counter check in its fence sees
+// it. With no periodic check to hide a miss, a read after the fence must
+// see the swapped data (found by mutation testing: dropping that check
+// passed every harness).
+func TestScriptSwapDB(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{CheckInterval: time.Hour})
+	direct := client(t, r.Addr, 2)
+	rc := client(t, p.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "SET", "k", "db0")
+	mustDo(t, direct, "EVAL", "redis.call('SELECT', 1) return redis.call('SET', 'k', 'db1')", 0)
+	for i := 0; i < 4; i++ {
+		warmKey(t, p, rc, "GET", "k")
+		mustDo(t, rc, "EVAL", "return redis.call('SWAPDB', 0, 1)", 0)
+		want := []string{"db1", "db0"}[i%2]
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) { // past the fence, whenever it passes
+			if got := rc.Get(ctx, "k").Val(); got != want {
+				t.Fatalf("GET after script SWAPDB %d = %q, want %q", i+1, got, want)
+			}
+		}
+	}
+}
+
 func containsRune(s string, r rune) bool {
 	for _, c := range s {
 		if c == r {

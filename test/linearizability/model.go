@@ -71,11 +71,12 @@ const (
 	FlushAll
 	EvalSet // EVAL that SETs Key and DELs Key2, keys undeclared
 	FCallSet
-	Multi // MULTI, Batch..., EXEC
+	Multi      // MULTI, Batch..., EXEC
+	EvalSwapDB // EVAL that runs SWAPDB: no keyspace notification names a key
 )
 
 var kindNames = [...]string{"GET", "HGET", "SET", "DEL", "INCR", "APPEND", "GETDEL", "MSET", "HSET", "HDEL",
-	"PEXPIRE", "RENAME", "COPY", "MOVE", "SWAPDB", "FLUSHDB", "FLUSHALL", "EVAL", "FCALL", "MULTI"}
+	"PEXPIRE", "RENAME", "COPY", "MOVE", "SWAPDB", "FLUSHDB", "FLUSHALL", "EVAL", "FCALL", "MULTI", "EVAL"}
 
 // Input is one operation as a client issued it. DB is the database its
 // connection has selected. Call and Return (ns since the history began)
@@ -171,7 +172,7 @@ func branches(s State, in Input, evictable bool) []State {
 func touches(in Input) [][2]int {
 	other := 1 - in.DB
 	switch in.Kind {
-	case SwapDB, FlushDB, FlushAll:
+	case SwapDB, FlushDB, FlushAll, EvalSwapDB:
 		return nil
 	case Rename, Copy:
 		return [][2]int{{in.DB, in.Key}, {in.DB, in.Key2}}
@@ -277,7 +278,7 @@ func apply(s State, in Input) (Output, State) {
 		}
 		*dst, *k = *k, entry{}
 		return intOut(1), s
-	case SwapDB:
+	case SwapDB, EvalSwapDB:
 		s[0], s[1] = s[1], s[0]
 		return ok, s
 	case FlushDB:
@@ -344,6 +345,8 @@ func describeInput(in Input) string {
 	switch in.Kind {
 	case SwapDB, FlushDB, FlushAll:
 		return name
+	case EvalSwapDB:
+		return "EVAL SWAPDB"
 	case HGet, HDel:
 		return name + " h " + fieldNames[in.Field]
 	case HSet:

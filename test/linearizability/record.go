@@ -58,7 +58,7 @@ type Workload struct {
 
 // AllWrites are every write kind the model knows.
 var AllWrites = []Kind{Set, Del, Incr, Append, GetDel, MSet, HSet, HDel, PExpire, Rename, Copy, Move,
-	SwapDB, FlushDB, FlushAll, EvalSet, FCallSet, Multi}
+	SwapDB, FlushDB, FlushAll, EvalSet, FCallSet, Multi, EvalSwapDB}
 
 // evalSet is the script of EvalSet: it writes keys it does not declare.
 const evalSet = "redis.call('SET', ARGV[1], ARGV[2]) redis.call('DEL', ARGV[3]) return 1"
@@ -208,6 +208,8 @@ func args(in Input) []any {
 		return []any{"EVAL", evalSet, 0, k, in.Val, k2}
 	case FCallSet:
 		return []any{"FCALL", "cset", 0, k, in.Val}
+	case EvalSwapDB:
+		return []any{"EVAL", "return redis.call('SWAPDB', 0, 1)", 0}
 	}
 	panic("no single command for " + kindNames[in.Kind])
 }
