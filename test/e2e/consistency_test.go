@@ -248,8 +248,7 @@ func TestNotifyKeyspaceEvents(t *testing.T) {
 // longer hears writes (found by TestFaults in test/linearizability: the
 // classes were restored only by the next periodic check).
 func TestNotifyEventsEmptiedDirectly(t *testing.T) {
-	r := redistest.Start(t)
-	p := cicadatest.Start(t, r.Addr, cicadatest.Options{CheckInterval: time.Hour})
+	r, p := newProxied(t, cicadatest.Options{CheckInterval: time.Hour})
 	direct := client(t, r.Addr, 2)
 	rc := client(t, p.Addr, 2)
 	ctx := context.Background()
@@ -277,8 +276,7 @@ func TestNotifyEventsEmptiedDirectly(t *testing.T) {
 // see the swapped data (found by mutation testing: dropping that check
 // passed every harness).
 func TestScriptSwapDB(t *testing.T) {
-	r := redistest.Start(t)
-	p := cicadatest.Start(t, r.Addr, cicadatest.Options{CheckInterval: time.Hour})
+	r, p := newProxied(t, cicadatest.Options{CheckInterval: time.Hour})
 	direct := client(t, r.Addr, 2)
 	rc := client(t, p.Addr, 2)
 	ctx := context.Background()
