@@ -81,8 +81,17 @@ func (g *Generator) Conversation() Conversation {
 			continue
 		}
 		step := Step{Client: c}
-		for k := 1 + g.r.IntN(3); k > 0; k-- {
-			step.Cmds = append(step.Cmds, g.command(s))
+		if !s.multi && !s.replyOff && !s.skipNext && g.r.IntN(4) == 0 {
+			// A burst: the same read repeated, so that what the first
+			// fills the others read from the cache.
+			read := g.read()
+			for k := 2 + g.r.IntN(3); k > 0; k-- {
+				step.Cmds = append(step.Cmds, Cmd{Args: read, Replies: s.apply(read)})
+			}
+		} else {
+			for k := 1 + g.r.IntN(3); k > 0; k-- {
+				step.Cmds = append(step.Cmds, g.command(s))
+			}
 		}
 		// A step ends with a command that gets a reply, so that waiting
 		// for it orders the step before the next one on any connection.
