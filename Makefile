@@ -12,7 +12,7 @@ help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
-	@echo "make conformance  the long differential, linearizability and fault runs (about 30 min)"
+	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
