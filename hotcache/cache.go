@@ -349,10 +349,10 @@ func (c *Cache) EndWrite(stripe uint32) {
 
 // Invalidate evicts key in db and refuses fills begun before it. For
 // keyspace notifications and writes whose completion is not observed.
-func (c *Cache) Invalidate(db int, key string) {
-	h := HashString(db, key)
+func (c *Cache) Invalidate(db int, key []byte) {
+	h := Hash(db, key)
 	c.stripes[h&c.smask].version.Add(1)
-	if e := c.findString(db, h, key); e != nil {
+	if e := c.find(db, h, key); e != nil {
 		c.evictEntry(e, ReasonNotification)
 	}
 }

@@ -333,6 +333,12 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		if r := srv.idleRefresh.Load(); r > 0 && srv.clock.Load()-s.lastForward > r {
 			break // let Redis see this one, or it closes the connection as idle
 		}
+		if !s.loop.settled(srv.fencer, h) {
+			// A notification of a write (from outside Cicada, perhaps
+			// acknowledged already) is on its way into the cache.
+			s.loop.stats.unsettled.Add(1)
+			break
+		}
 		s.loop.out = append(s.loop.out, reply...)
 		s.loop.stats.hits.Add(1)
 		return decideLocal, true

@@ -28,8 +28,12 @@
 //
 // # Hit, miss and fill
 //
-// A GET/HGET is a hit when the key is cached, unexpired, and its reply was
-// proven readable by the connection's identity. A miss on a hot key (the
+// A GET/HGET is a hit when the key is cached, unexpired, its reply was
+// proven readable by the connection's identity, and no keyspace
+// notification for it (nor a flush) has reached Cicada without being
+// applied yet (Notifications.Unapplied, asked once per batch of requests
+// read from a connection): a write another client sent to Redis directly is
+// seen as soon as its notification is in Cicada's socket. A miss on a hot key (the
 // detector's verdict) that is sent while the queue is empty also sends a
 // PTTL for the key right behind it; both replies together, if no write or
 // notification for the key intervened (hotcache's fill ticket), fill the

@@ -19,6 +19,8 @@ var (
 		"Misses on hot keys sent with a PTTL to fill the cache.", nil, nil)
 	descFills = prometheus.NewDesc("cicada_cache_fills_total",
 		"Replies stored in the cache.", nil, nil)
+	descUnsettled = prometheus.NewDesc("cicada_cache_hits_forwarded_total",
+		"Cached GET and HGET requests forwarded to Redis instead (and counted as misses) because a keyspace notification had arrived and was not yet applied.", nil, nil)
 	descEvictions = prometheus.NewDesc("cicada_cache_evictions_total",
 		"Cached replies dropped, by reason.", []string{"reason"}, nil)
 	descReplies = prometheus.NewDesc("cicada_cache_replies",
@@ -54,7 +56,7 @@ type collector struct{ srv *Server }
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills,
+	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descInflight,
 		descUpErrors, descSubUp, descEvents, descSubConnects, descFlushes} {
 		ch <- d
@@ -64,7 +66,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	srv := c.srv
-	var hits, misses, fwd, tried, fills uint64
+	var hits, misses, fwd, tried, fills, unsettled uint64
 	var inflight int64
 	for _, l := range srv.loopList() {
 		hits += l.stats.hits.Load()
@@ -72,6 +74,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		fwd += l.stats.forwarded.Load()
 		tried += l.stats.fillsTried.Load()
 		fills += l.stats.fills.Load()
+		unsettled += l.stats.unsettled.Load()
 		inflight += l.stats.inflight.Load()
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
@@ -85,6 +88,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descForwarded, fwd)
 	counter(descFillsTried, tried)
 	counter(descFills, fills)
+	counter(descUnsettled, unsettled)
 	st := srv.cache.Stats()
 	for _, r := range hotcache.Reasons() {
 		counter(descEvictions, st.Evicted[r], r.String())

@@ -39,6 +39,12 @@ type Notifications interface {
 	MaxBulkLen() int64
 	// Ready reports whether notifications are flowing (the cache may answer).
 	Ready() bool
+	// Unapplied appends to dst the hotcache.Hash of each key whose
+	// notification has reached Cicada but is not applied yet, or reports
+	// all=true when it cannot tell which; any other key's cached reply is
+	// no older than a write Redis acknowledged before the call. scratch
+	// bounds what it looks at. One system call.
+	Unapplied(dst []uint64, scratch []byte) (hashes []uint64, all bool)
 	// Events is the count of keyspace notifications received.
 	Events() uint64
 	// Reconnects is how many times the subscription was (re)established.
@@ -113,6 +119,10 @@ type Server struct {
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies
 }
 
+// unappliedPeek is how many bytes of unapplied notifications an event loop
+// looks at (about 250 notifications) before it stops serving any hit.
+const unappliedPeek = 16 << 10
+
 // loopState is per-event-loop scratch and statistics. Scratch fields are
 // used only by the loop's goroutine; stats are atomics read by metrics.
 type loopState struct {
@@ -121,8 +131,14 @@ type loopState struct {
 	upv    [][]byte // bytes to forward upstream
 	downv  [][]byte // reply bytes to pass to the client
 	inject []byte   // Cicada's PTTL for a fill
-	refs   []command.KeyRef
-	stats  *loopStats
+	// The fencer's Unapplied for the connection being processed, asked at
+	// its first cache hit (see settled).
+	unappliedAsked bool
+	unappliedAll   bool
+	unapplied      []uint64
+	peek           []byte // Unapplied's scratch
+	refs           []command.KeyRef
+	stats          *loopStats
 }
 
 // loopStats are counters owned by one loop (the only writer), padded so
@@ -134,6 +150,7 @@ type loopStats struct {
 	forwarded  atomic.Uint64 // requests forwarded
 	fillsTried atomic.Uint64 // fills started (PTTL sent)
 	fills      atomic.Uint64 // fills kept
+	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
 	inflight   atomic.Int64  // requests awaiting a reply
 	_          [64]byte
 }
@@ -301,7 +318,7 @@ func (srv *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer srv.loopsMu.Unlock()
 	l, ok := srv.loops[el]
 	if !ok {
-		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}}
+		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek)}
 		srv.loops[el] = l
 		srv.order = append(srv.order, l)
 	}

@@ -222,7 +222,8 @@ func (s *session) processClient() {
 	l := s.loop
 	l.out = l.out[:0]
 	l.upv = l.upv[:0]
-	off, fwd := 0, 0 // bytes [fwd, off) are to be forwarded
+	l.unappliedAsked = false // these requests were sent before this read: ask again
+	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
 	if s.rawRequests || s.quit {
 		// Redis reads nothing after a protocol error or QUIT.
 		_, _ = c.Discard(len(buf))
@@ -285,6 +286,30 @@ func (s *session) processClient() {
 	if !s.closed && off > 0 { // gnet's Discard(0) discards everything
 		_, _ = c.Discard(off)
 	}
+}
+
+// settled reports whether a cached reply of the key with hash h may be
+// served: no keyspace notification for it (or a flush) has reached Cicada
+// without being applied. The fencer is asked once per processClient call,
+// at its first cache hit. Once is enough: every request in the batch was
+// sent before Cicada read it, so a write acknowledged before any of them
+// was sent has its notification in Cicada's socket by then (or applied),
+// and a write acknowledged later is concurrent with the reads still
+// unanswered.
+func (l *loopState) settled(fencer Notifications, h uint64) bool {
+	if !l.unappliedAsked {
+		l.unappliedAsked = true
+		l.unapplied, l.unappliedAll = fencer.Unapplied(l.unapplied[:0], l.peek)
+	}
+	if l.unappliedAll {
+		return false
+	}
+	for _, u := range l.unapplied {
+		if u == h {
+			return false
+		}
+	}
+	return true
 }
 
 // flushOut writes the loop's pending local answers to the client.

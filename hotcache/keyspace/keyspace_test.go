@@ -21,8 +21,8 @@ func TestParseChannel(t *testing.T) {
 		{"__keyspace@__:k", 0, "", false},
 	}
 	for _, tt := range tests {
-		db, key, ok := parseChannel(tt.in)
-		if ok != tt.okay || (ok && (db != tt.db || key != tt.key)) {
+		db, key, ok := parseChannel([]byte(tt.in))
+		if ok != tt.okay || (ok && (db != tt.db || string(key) != tt.key)) {
 			t.Errorf("parseChannel(%q) = %d, %q, %v; want %d, %q, %v", tt.in, db, key, ok, tt.db, tt.key, tt.okay)
 		}
 	}

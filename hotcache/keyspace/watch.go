@@ -1,0 +1,189 @@
+package keyspace
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+)
+
+// watchedConn is the notification connection as go-redis sees it: a TCP
+// connection that applies each keyspace notification and flush to the cache
+// in the read that takes it off the socket, and lets an event loop ask at
+// any moment which notifications have arrived but are not applied yet
+// (Subscriber.Unapplied). go-redis still parses everything it reads, for
+// the subscription's confirmations, pongs and errors.
+//
+// Why: a write another client sent to Redis directly was acknowledged at
+// about the moment its notification reached this socket. Until it is
+// applied, the cache may answer with the value before the write; on a busy
+// machine the goroutine that reads the socket can wait milliseconds to run.
+// An event loop that knows which keys are in that gap forwards their reads
+// to Redis instead.
+//
+// A notification is in one of three places: the socket's receive queue
+// (peeked by unapplied), a read in progress (inRead is set around the read
+// system call and the applying of what it returned), or applied. reads
+// counts the reads that returned bytes; unapplied trusts its peek only if no
+// read ran while it looked.
+//
+// Read runs on go-redis's goroutines (one at a time: the subscriber's
+// session owns the connection); pend is theirs. unapplied may run on any
+// goroutine.
+type watchedConn struct {
+	*net.TCPConn
+	sub  *Subscriber
+	raw  syscall.RawConn
+	fd   int    // the socket, valid until closed is set
+	pend []byte // the start of a reply whose end has not been read yet
+
+	closed  atomic.Bool   // set before the socket is closed
+	broken  atomic.Bool   // the stream is not RESP2: nothing can be trusted
+	inRead  atomic.Bool   // a read is taking bytes off the socket and applying them
+	partial atomic.Bool   // len(pend) > 0: the socket's bytes start mid-reply
+	reads   atomic.Uint64 // reads that returned bytes
+}
+
+// dialWatched is a go-redis Dialer that returns a watchedConn for s and
+// publishes it as s.watch.
+func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tcp, ok := c.(*net.TCPConn)
+		if !ok {
+			_ = c.Close()
+			return nil, errors.New("keyspace: notification connection is not TCP")
+		}
+		w := &watchedConn{TCPConn: tcp, sub: s, fd: -1}
+		if w.raw, err = tcp.SyscallConn(); err == nil {
+			err = w.raw.Control(func(fd uintptr) { w.fd = int(fd) })
+		}
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		s.watch.Store(w)
+		return w, nil
+	}
+}
+
+// Read reads like net.Conn's Read (deadlines included) and applies the
+// notifications among the bytes it returns before returning them.
+func (w *watchedConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	err := w.raw.Read(func(fd uintptr) bool {
+		w.inRead.Store(true)
+		n, rerr = unix.Read(int(fd), p)
+		if n > 0 {
+			w.apply(p[:n])
+			w.reads.Add(1)
+		}
+		w.inRead.Store(false)
+		return !errors.Is(rerr, unix.EAGAIN)
+	})
+	switch {
+	case err != nil: // deadline, closed
+		return 0, err
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// apply applies every complete reply in pend+b and keeps the rest in pend.
+func (w *watchedConn) apply(b []byte) {
+	if w.broken.Load() {
+		return
+	}
+	if len(w.pend) > 0 {
+		w.pend = append(w.pend, b...)
+		b = w.pend
+	}
+	var f frame
+	for len(b) > 0 {
+		n, err := scanFrame(b, &f)
+		if err != nil {
+			// go-redis fails on the same bytes and ends the session.
+			w.broken.Store(true)
+			w.sub.log.Warn("notification connection sent bytes that are not RESP2")
+			return
+		}
+		if n == 0 {
+			break
+		}
+		db, key, isKey, isFlush := f.notification()
+		switch {
+		case isKey:
+			w.sub.events.Add(1)
+			w.sub.cache.Invalidate(db, key)
+		case isFlush:
+			w.sub.flushes.Add(1)
+			w.sub.cache.Flush()
+		}
+		b = b[n:]
+	}
+	w.pend = append(w.pend[:0], b...) // copy handles the overlap when b is in pend
+	w.partial.Store(len(w.pend) > 0)
+}
+
+// Close marks the connection closed, then closes it.
+func (w *watchedConn) Close() error {
+	w.closed.Store(true)
+	return w.TCPConn.Close()
+}
+
+// unapplied appends to dst the hotcache.Hash of every key whose keyspace
+// notification is in the socket's receive queue, not yet applied. all=true
+// means it cannot tell which keys are concerned: a read is applying, a flush
+// is queued, the queue holds more than scratch or starts mid-reply, the
+// connection is closed or broken. scratch bounds the peek.
+func (w *watchedConn) unapplied(dst []uint64, scratch []byte) (hashes []uint64, all bool) {
+	r := w.reads.Load()
+	if w.closed.Load() || w.broken.Load() || w.inRead.Load() {
+		return dst, true
+	}
+	midReply := w.partial.Load()
+	n, _, err := unix.Recvfrom(w.fd, scratch, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	// A read that ran meanwhile may have moved the queue's start; once
+	// closed is set the descriptor may name another socket. Either way
+	// what was peeked means nothing.
+	if w.inRead.Load() || w.reads.Load() != r || w.closed.Load() {
+		return dst, true
+	}
+	if errors.Is(err, unix.EAGAIN) {
+		return dst, false
+	}
+	if err != nil || n <= 0 || n == len(scratch) || midReply {
+		return dst, true
+	}
+	var f frame
+	for b := scratch[:n]; len(b) > 0; {
+		m, err := scanFrame(b, &f)
+		if m == 0 || err != nil {
+			return dst, true // incomplete: a notification Redis is still writing
+		}
+		switch db, key, isKey, isFlush := f.notification(); {
+		case isKey:
+			dst = append(dst, hotcache.Hash(db, key))
+		case isFlush:
+			return dst, true
+		}
+		b = b[m:]
+	}
+	return dst, false
+}

@@ -1,0 +1,107 @@
+package keyspace
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// TestUnapplied holds the subscriber still (in a pong) while writes from
+// another client reach its socket, and checks that Unapplied names exactly
+// their keys, then everything once a flush is queued, and nothing once the
+// subscriber has applied them.
+func TestUnapplied(t *testing.T) {
+	r := redistest.Start(t)
+	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Addr: r.Addr, Configure: true, CheckInterval: time.Hour}, cache)
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.onPong = func() {
+		if armed.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "ready", s.Ready)
+
+	scratch := make([]byte, 16<<10)
+	unapplied := func() ([]uint64, bool) { return s.Unapplied(nil, scratch) }
+	if h, all := unapplied(); len(h) != 0 || all {
+		t.Fatalf("Unapplied with nothing sent = %v, %v; want none", h, all)
+	}
+
+	// Fill "a" so its eviction shows.
+	h0a := hotcache.Hash(0, []byte("a"))
+	tk, ok := cache.BeginFill(h0a)
+	if !ok || !cache.Fill(tk, hotcache.FillRequest{DB: 0, Hash: h0a, Key: []byte("a"), Reply: []byte("$1\r\n0\r\n"), ValueLen: 1}) {
+		t.Fatal("fill of a refused")
+	}
+
+	// A fence's pong stops the subscriber until release.
+	armed.Store(true)
+	cache.Suspend()
+	s.Fence()
+	<-entered
+	direct := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
+	defer direct.Close()
+	for _, c := range [][]any{{"SET", "a", "1"}, {"SET", "b", "2"}, {"SELECT", "1"}, {"SET", "c", "3"}} {
+		if err := direct.Do(ctx, c...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []uint64{h0a, hotcache.Hash(0, []byte("b")), hotcache.Hash(1, []byte("c"))}
+	slices.Sort(want)
+	var got []uint64
+	var all bool
+	waitFor(t, "three unapplied keys", func() bool {
+		got, all = unapplied()
+		slices.Sort(got)
+		return all || len(got) >= 3
+	})
+	if all || !slices.Equal(got, want) {
+		t.Fatalf("Unapplied = %x, %v; want %x, false", got, all, want)
+	}
+	if h, all := s.Unapplied(nil, scratch[:40]); !all {
+		t.Errorf("Unapplied with a 40-byte scratch = %x, false; want all", h)
+	}
+	if n := cache.Stats().Replies; n != 1 {
+		t.Fatalf("%d replies cached while the subscriber was held; want a's", n)
+	}
+	if err := direct.Do(ctx, "FLUSHALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a flush to make every key unapplied", func() bool { _, all := unapplied(); return all })
+
+	close(release)
+	waitFor(t, "everything applied", func() bool { h, all := unapplied(); return len(h) == 0 && !all })
+	if n := cache.Stats().Replies; n != 0 {
+		t.Errorf("%d replies cached after a's notification; want 0", n)
+	}
+	if s.Events() != 3 || s.Flushes() != 1 {
+		t.Errorf("events %d, flushes %d; want 3, 1", s.Events(), s.Flushes())
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
