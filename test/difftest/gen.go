@@ -82,12 +82,14 @@ func (g *Generator) Conversation() Conversation {
 		}
 		step := Step{Client: c}
 		if !s.multi && !s.replyOff && !s.skipNext && g.r.IntN(4) == 0 {
-			// A burst: the same read repeated, so that what the first
-			// fills the others read from the cache.
+			// A burst: the same read repeated, each after the reply to
+			// the one before, so that what the first fills the others
+			// read from the cache; the last is pipelined with another.
 			read := g.read()
-			for k := 2 + g.r.IntN(3); k > 0; k-- {
-				step.Cmds = append(step.Cmds, Cmd{Args: read, Replies: s.apply(read)})
+			for k := 1 + g.r.IntN(3); k > 0; k-- {
+				conv.Steps = append(conv.Steps, Step{Client: c, Cmds: []Cmd{{Args: read, Replies: s.apply(read)}}})
 			}
+			step.Cmds = append(step.Cmds, Cmd{Args: read, Replies: s.apply(read)}, g.command(s))
 		} else {
 			for k := 1 + g.r.IntN(3); k > 0; k-- {
 				step.Cmds = append(step.Cmds, g.command(s))
