@@ -43,6 +43,11 @@ func TestUnapplied(t *testing.T) {
 	if h, all := unapplied(); len(h) != 0 || all {
 		t.Fatalf("Unapplied with nothing sent = %v, %v; want none", h, all)
 	}
+	// It runs on the hit path.
+	dst := make([]uint64, 0, 8)
+	if a := testing.AllocsPerRun(100, func() { s.Unapplied(dst, scratch) }); a != 0 {
+		t.Errorf("Unapplied allocates %v times per call", a)
+	}
 
 	// Fill "a" so its eviction shows.
 	h0a := hotcache.Hash(0, []byte("a"))
