@@ -148,6 +148,16 @@ func TestTransparency(t *testing.T) {
 			counted(1, []string{"SET", "hot", "hot-value"}),
 			counted(0, []string{"GET", "absent"}),
 		}, false},
+		// Redis sends both keys in one push, sorted; Cicada sends GETDEL
+		// after SELECT's reply, so they come in two pushes, in write order
+		// (generated seed 7261).
+		{"CLIENT TRACKING BCAST keys of one push split by a paused pipeline", []step{
+			counted(1, []string{"SELECT", "1"}, []string{"SET", "a", "v"}, []string{"SELECT", "0"}),
+			counted(2, []string{"HELLO", "3"}),
+			counted(2, []string{"SET", "c", "v"}),
+			counted(2, []string{"CLIENT", "TRACKING", "ON", "BCAST"}),
+			counted(1, []string{"MOVE", "c", "1"}, []string{"SELECT", "1"}, []string{"GETDEL", "a"}),
+		}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,7 +72,8 @@ func diffSeq(wv, gv []item) string {
 // later in the pipeline); but a push Redis queued before a reply must
 // reach the client before that reply. So through Cicada the invalidations
 // (one per key) must contain Redis's in order, each no later, and may have
-// more.
+// more. Keys within one push are in Redis's key order (a radix tree), not
+// in the order of the writes, so a push's keys may match in any order.
 func diffSplit(wv, gv []item) string {
 	wr, wi, wp := split(wv)
 	gr, gi, gp := split(gv)
@@ -86,14 +87,22 @@ func diffSplit(wv, gv []item) string {
 		return d
 	}
 	var matched []item
-	for _, w := range wi {
-		for len(gi) > 0 && gi[0].norm != w.norm {
-			gi = gi[1:]
+	used := make([]bool, len(gi))
+	pos := 0 // Cicada's invalidations before pos follow an earlier push
+	for i := 0; i < len(wi); {
+		end := pos
+		for j := i; j < len(wi) && wi[j].push == wi[i].push; j++ {
+			k := pos
+			for k < len(gi) && (used[k] || gi[k].norm != wi[j].norm) {
+				k++
+			}
+			if k == len(gi) {
+				return fmt.Sprintf("invalidation push %s missing through Cicada", clip(wi[j].raw))
+			}
+			used[k], matched, end = true, append(matched, gi[k]), max(end, k+1)
+			i = j + 1
 		}
-		if len(gi) == 0 {
-			return fmt.Sprintf("invalidation push %s missing through Cicada", clip(w.raw))
-		}
-		matched, gi = append(matched, gi[0]), gi[1:]
+		pos = end
 	}
 	return notLater(wi, matched)
 }
@@ -118,6 +127,7 @@ func split(v []item) (replies, invalidations, pushes []item) {
 			continue
 		}
 		it.before = len(replies)
+		it.push = len(pushes) + len(invalidations) // distinct per push
 		keys := invalidated(it.value)
 		if keys == nil {
 			pushes = append(pushes, it)
@@ -159,6 +169,7 @@ type item struct {
 	raw       []byte
 	value     Value
 	before    int // for a push: the replies before it
+	push      int // for an invalidation: which push of its connection it came in
 }
 
 // items splits a connection's bytes into values, normalized per command
