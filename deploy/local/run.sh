@@ -90,7 +90,9 @@ start_redis() {
     exit 1
   fi
   redis_dir=$(mktemp -d)
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+  # Its own session: Ctrl-C reaches Cicada only, and the EXIT trap stops
+  # Redis once Cicada has shut down.
+  setsid redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$redis_dir" --daemonize no >"$redis_dir/redis.log" 2>&1 &
   redis_pid=$!
   local i

@@ -227,7 +227,7 @@ func (s *Subscriber) compareCounters(now map[string]int64) {
 				s.cfg.AuthChanged()
 			}
 			s.cache.Flush()
-			s.log.Info("data or access rules may have changed without notifications; cache flushed", zap.String("command", changed))
+			s.log.Info("INFO commandstats shows a command that changes data or access rules without keyspace notifications; cache flushed", zap.String("command", changed))
 		}
 	}
 }
