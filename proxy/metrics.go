@@ -35,6 +35,8 @@ var (
 		"Client connections accepted since start.", nil, nil)
 	descInflight = prometheus.NewDesc("cicada_inflight_requests",
 		"Forwarded requests awaiting their reply.", nil, nil)
+	descClosed = prometheus.NewDesc("cicada_clients_closed_total",
+		"Client connections Cicada closed itself, by reason: query-buffer-limit, output-buffer-limit (Redis's client-output-buffer-limit), max-client-memory.", []string{"reason"}, nil)
 	descUpErrors = prometheus.NewDesc("cicada_upstream_errors_total",
 		"Upstream connections that could not be made and invalid replies from Redis.", nil, nil)
 	descSubUp = prometheus.NewDesc("cicada_keyspace_subscription_up",
@@ -57,7 +59,7 @@ type collector struct{ srv *Server }
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
-		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descInflight,
+		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descClosed, descInflight,
 		descUpErrors, descSubUp, descEvents, descSubConnects, descFlushes} {
 		ch <- d
 	}
@@ -98,6 +100,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSuspended, b2f(srv.cache.Suspended()))
 	gauge(descConns, float64(srv.conns.Load()))
 	counter(descConnsTotal, srv.connsTotal.Load())
+	for r := range closeReasons {
+		counter(descClosed, srv.closedFor[r].Load(), r.String())
+	}
 	gauge(descInflight, float64(inflight))
 	counter(descUpErrors, srv.upstreamErrors.Load())
 	gauge(descSubUp, b2f(srv.fencer.Ready()))

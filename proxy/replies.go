@@ -59,6 +59,7 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	}
 	if len(l.downv) > 0 && !s.closed {
 		_, _ = s.client.Writev(l.downv)
+		s.checkOutput()
 	}
 	if off > 0 { // gnet's Discard(0) discards everything
 		_, _ = s.up.Discard(off)

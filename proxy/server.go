@@ -54,6 +54,10 @@ type Notifications interface {
 	// IdleTimeout is Redis's timeout setting: how long a client may send
 	// nothing before Redis closes it; 0 for none.
 	IdleTimeout() time.Duration
+	// OutputLimit is Redis's client-output-buffer-limit for a normal or a
+	// subscribed client: hard and soft bytes, and how long the soft limit
+	// may be exceeded; zeros mean none.
+	OutputLimit(pubsub bool) (hard, soft int64, softFor time.Duration)
 }
 
 // Config configures a Server.
@@ -72,6 +76,12 @@ type Config struct {
 	// Cicada (unparsed, or waiting behind a paused request) before it is
 	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
 	QueryBufferLimit int64
+	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
+	// they have not read and requests not yet parsed or forwarded, like
+	// Redis 7's maxmemory-clients. Each event loop enforces an equal share
+	// over its connections holding at least heavyBytes, closing the one
+	// holding the most until under. 0 means no bound.
+	MaxClientMemory int64
 	// MaxValue is the cache's largest value in bytes (to size the fill
 	// capture).
 	MaxValue int
@@ -114,7 +124,8 @@ type Server struct {
 	idleRefresh atomic.Int64
 	start       time.Time
 
-	conns          atomic.Int64 // client connections open
+	closedFor      [closeReasons]atomic.Uint64 // clients closed by Cicada, by reason
+	conns          atomic.Int64                // client connections open
 	connsTotal     atomic.Uint64
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies
 }
@@ -131,6 +142,13 @@ type loopState struct {
 	upv    [][]byte // bytes to forward upstream
 	downv  [][]byte // reply bytes to pass to the client
 	inject []byte   // Cicada's PTTL for a fill
+	// heavy are this loop's sessions that held at least heavyBytes at a
+	// check, closing ones until released; grown counts bytes their buffers
+	// grew by since the loop's client memory was last summed (see
+	// chargeMemory).
+	heavy map[*session]struct{}
+	grown int64
+	held  int64 // what heavy held when last summed (bytes)
 	// The fencer's Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
@@ -318,7 +336,8 @@ func (srv *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer srv.loopsMu.Unlock()
 	l, ok := srv.loops[el]
 	if !ok {
-		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek)}
+		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek),
+			heavy: map[*session]struct{}{}}
 		srv.loops[el] = l
 		srv.order = append(srv.order, l)
 	}

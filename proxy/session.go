@@ -154,6 +154,10 @@ type session struct {
 	keysBuf    []commandKey
 	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
 	pendingFill *readInfo
+
+	// Limits (limits.go).
+	softSince int64 // clock+1 when unread replies reached the soft limit, 0 if below
+	held      int64 // bytes held for the client at its last charge
 }
 
 // queue appends a slot; every queued slot counts in the loop's in-flight
@@ -196,10 +200,11 @@ func (s *session) onClientTraffic() gnet.Action {
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	if int64(s.client.InboundBuffered()) > s.srv.cfg.QueryBufferLimit {
-		s.srv.log.Warn("closing client that reached max query buffer length",
-			zap.String("client", s.client.RemoteAddr().String()), zap.Int("bytes", s.client.InboundBuffered()))
-		return gnet.Close
+	if in := s.client.InboundBuffered(); int64(in) > s.srv.cfg.QueryBufferLimit {
+		s.closeFor(closeQueryBuffer, in) // Redis: "closing client that reached max query buffer length"
+		return gnet.None
+	} else if in >= heavyBytes && s.chargeMemory() {
+		return gnet.None
 	}
 	if s.up == nil || s.paused || s.srv.draining.Load() {
 		return gnet.None // bytes stay buffered in gnet until we can use them
@@ -229,7 +234,7 @@ func (s *session) processClient() {
 		_, _ = c.Discard(len(buf))
 		return
 	}
-	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests {
+	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests && !s.closed {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -258,6 +263,11 @@ func (s *session) processClient() {
 			case decideLocal:
 				off += n
 				fwd = off
+				if len(l.out) >= localFlush {
+					// Write as Redis adds replies, so output limits
+					// apply within a long pipeline of hits too.
+					s.flushOut() // may close the client: the loop ends
+				}
 				continue
 			case decideInject:
 				off += n
@@ -312,11 +322,16 @@ func (l *loopState) settled(fencer Notifications, h uint64) bool {
 	return true
 }
 
+// localFlush is how many bytes of local answers a batch collects before
+// writing them to the client (and checking its output limits).
+const localFlush = 64 << 10
+
 // flushOut writes the loop's pending local answers to the client.
 func (s *session) flushOut() {
 	l := s.loop
 	if len(l.out) > 0 && !s.closed {
 		_, _ = s.client.Write(l.out)
+		s.checkOutput()
 	}
 	l.out = l.out[:0]
 }
@@ -401,6 +416,7 @@ func (s *session) release() {
 		return
 	}
 	s.gone = true
+	delete(s.loop.heavy, s)
 	s.dropSlots()
 	s.abandonTx()
 }

@@ -102,6 +102,11 @@ type Config struct {
 	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
 	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be >= 1.
 	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
+	// MaxClientMemory bounds the bytes Cicada holds for all clients
+	// (replies they have not read, requests not yet parsed), like Redis 7's
+	// maxmemory-clients: over it, the clients holding the most are closed.
+	// Default 1073741824 (1 GiB); 0 means no bound.
+	MaxClientMemory int64 `koanf:"max-client-memory"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `koanf:"log-level"`
 	// LogFormat is json (default) or console.
@@ -142,6 +147,7 @@ var settings = []setting{
 	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
 	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
 	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client may have buffered unparsed or unforwarded before it is closed"},
+	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unparsed requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
 	{key: "log-level", def: "info", usage: "debug, info, warn or error"},
 	{key: "log-format", def: "json", usage: "json or console"},
 }
@@ -373,6 +379,7 @@ func decode(k *koanf.Koanf) (*Config, error) {
 		DialTimeout:            d.duration("dial-timeout"),
 		ShutdownTimeout:        d.duration("shutdown-timeout"),
 		ClientQueryBufferLimit: d.size("client-query-buffer-limit"),
+		MaxClientMemory:        d.size("max-client-memory"),
 		LogLevel:               strings.ToLower(d.str("log-level")),
 		LogFormat:              strings.ToLower(d.str("log-format")),
 	}
@@ -586,6 +593,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
 	case c.ClientQueryBufferLimit < 1:
 		return fmt.Errorf("client-query-buffer-limit: must be >= 1, got %d", c.ClientQueryBufferLimit)
+	case c.MaxClientMemory < 0:
+		return fmt.Errorf("max-client-memory: must be >= 0, got %d", c.MaxClientMemory)
 	case !oneOf(c.LogLevel, "debug", "info", "warn", "error"):
 		return fmt.Errorf("log-level: must be debug, info, warn or error, got %q", c.LogLevel)
 	case !oneOf(c.LogFormat, "json", "console"):
@@ -638,6 +647,7 @@ func (c *Config) Redacted() map[string]any {
 		"dial-timeout":              c.DialTimeout.String(),
 		"shutdown-timeout":          c.ShutdownTimeout.String(),
 		"client-query-buffer-limit": c.ClientQueryBufferLimit,
+		"max-client-memory":         c.MaxClientMemory,
 		"log-level":                 c.LogLevel,
 		"log-format":                c.LogFormat,
 	}

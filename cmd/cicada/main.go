@@ -116,6 +116,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 		Loops:            cfg.Loops,
 		DialTimeout:      cfg.DialTimeout,
 		QueryBufferLimit: cfg.ClientQueryBufferLimit,
+		MaxClientMemory:  cfg.MaxClientMemory,
 		MaxValue:         cfg.CacheMaxValue,
 		Logger:           log.Named("proxy"),
 	}, cache, det, sub)

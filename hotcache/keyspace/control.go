@@ -127,7 +127,8 @@ func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
 // allowed (flushing the cache: writes in the gap were not notified; set
 // reports that it did), and reads proto-max-bulk-len and timeout.
 func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bool, err error) {
-	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "proto-max-bulk-len", "timeout")
+	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "proto-max-bulk-len", "timeout",
+		"client-output-buffer-limit")
 	_ = ctl.Process(ctx, get)
 	cfg, err := get.Result()
 	if err != nil {
@@ -163,7 +164,44 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bo
 	if n, err := strconv.ParseInt(cfg["timeout"], 10, 64); err == nil && n >= 0 {
 		s.idle.Store(int64(time.Duration(n) * time.Second))
 	}
+	if l, ok := parseOutputLimits(cfg["client-output-buffer-limit"]); ok {
+		s.outLimits.Store(&l)
+	}
 	return set, nil
+}
+
+// outputLimits are Redis's client-output-buffer-limit for the normal and
+// pubsub classes: [class][hard bytes, soft bytes, soft seconds], 0 = none.
+type outputLimits [2][3]int64
+
+// parseOutputLimits parses CONFIG GET client-output-buffer-limit's value,
+// "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60".
+func parseOutputLimits(v string) (l outputLimits, ok bool) {
+	f := strings.Fields(v)
+	if len(f)%4 != 0 {
+		return l, false
+	}
+	seen := 0
+	for i := 0; i < len(f); i += 4 {
+		var class int
+		switch f[i] {
+		case "normal":
+			class = 0
+		case "pubsub":
+			class = 1
+		default:
+			continue
+		}
+		for j := range 3 {
+			n, err := strconv.ParseInt(f[i+1+j], 10, 64)
+			if err != nil || n < 0 {
+				return l, false
+			}
+			l[class][j] = n
+		}
+		seen++
+	}
+	return l, seen == 2
 }
 
 // checkCounters reads INFO commandstats and flushes the cache when a

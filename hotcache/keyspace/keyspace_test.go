@@ -48,3 +48,15 @@ func TestParseCalls(t *testing.T) {
 		t.Errorf("parseCalls = %s", s)
 	}
 }
+
+func TestParseOutputLimits(t *testing.T) {
+	got, ok := parseOutputLimits("normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60")
+	if want := (outputLimits{{0, 0, 0}, {33554432, 8388608, 60}}); !ok || got != want {
+		t.Errorf("parseOutputLimits = %v, %v; want %v", got, ok, want)
+	}
+	for _, bad := range []string{"", "normal 0 0", "normal 0 0 0", "normal x 0 0 pubsub 1 1 1", "normal -1 0 0 pubsub 1 1 1"} {
+		if _, ok := parseOutputLimits(bad); ok {
+			t.Errorf("parseOutputLimits(%q) accepted", bad)
+		}
+	}
+}

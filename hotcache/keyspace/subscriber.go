@@ -95,9 +95,10 @@ type Subscriber struct {
 	cache *hotcache.Cache
 	log   *zap.Logger
 
-	ready      atomic.Bool           // subscription confirmed, classes verified
-	maxBulk    atomic.Int64          // Redis's proto-max-bulk-len, 0 until read
-	idle       atomic.Int64          // Redis's timeout (client idle limit) in ns, 0 = none
+	ready      atomic.Bool  // subscription confirmed, classes verified
+	maxBulk    atomic.Int64 // Redis's proto-max-bulk-len, 0 until read
+	idle       atomic.Int64 // Redis's timeout (client idle limit) in ns, 0 = none
+	outLimits  atomic.Pointer[outputLimits]
 	ctlErr     atomic.Pointer[error] // why the control goroutine ended the session
 	events     atomic.Uint64
 	reconnects atomic.Uint64
@@ -138,6 +139,24 @@ func (s *Subscriber) MaxBulkLen() int64 { return s.maxBulk.Load() }
 // IdleTimeout returns Redis's timeout setting (how long a client may stay
 // idle before Redis closes it), 0 for none or not read yet.
 func (s *Subscriber) IdleTimeout() time.Duration { return time.Duration(s.idle.Load()) }
+
+// OutputLimit returns Redis's client-output-buffer-limit for a normal
+// client (pubsub=false) or a subscribed one: hard and soft limits in bytes
+// and how long the soft one may be exceeded; zeros mean no limit (and are
+// returned until Redis's setting has been read). Redis closes a client
+// whose unsent replies reach the hard limit, or stay at or over the soft
+// one for longer than softFor.
+func (s *Subscriber) OutputLimit(pubsub bool) (hard, soft int64, softFor time.Duration) {
+	l := s.outLimits.Load()
+	if l == nil {
+		return 0, 0, 0
+	}
+	c := l[0]
+	if pubsub {
+		c = l[1]
+	}
+	return c[0], c[1], time.Duration(c[2]) * time.Second
+}
 
 // Events returns the keyspace notifications received since start.
 func (s *Subscriber) Events() uint64 { return s.events.Load() }

@@ -3,20 +3,15 @@ package linearizability
 import (
 	"context"
 	"flag"
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cicada-proxy/cicada/test/cicadatest"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
@@ -35,7 +30,7 @@ var loadPipeline = flag.Int("bypass.pipeline", 16, "GETs per pipeline of each of
 //	go test -run TestBypassStaleness -v ./test/linearizability/
 func TestBypassStaleness(t *testing.T) {
 	r := redistest.Start(t)
-	p := startBinary(t, r.Addr)
+	p := cicadatest.StartBinary(t, r.Addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	direct := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
@@ -93,7 +88,7 @@ func TestBypassStaleness(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	wg.Wait()
-	hitsAt := p.metric(t, "cicada_cache_hits_total")
+	hitsAt := p.Metric(t, "cicada_cache_hits_total")
 	windows := make([]time.Duration, writes+1)
 	for _, rs := range reads {
 		for _, rd := range rs {
@@ -117,64 +112,4 @@ func TestBypassStaleness(t *testing.T) {
 	}
 	t.Logf("%d direct writes, %d Cicada reads (%v cache hits in all) under load: stale window p50 %v, p99 %v, max %v; %d writes read stale at least once",
 		writes, len(reads[0])+len(reads[1]), hitsAt, windows[len(windows)/2], windows[len(windows)*99/100], windows[len(windows)-1], stale)
-}
-
-// binaryProxy is a Cicada process started by startBinary.
-type binaryProxy struct{ Addr, admin string }
-
-// startBinary builds cmd/cicada and runs it in front of upstream (hot
-// threshold 1) until the test ends, once /readyz says it is ready.
-func startBinary(t *testing.T, upstream string) *binaryProxy {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cicada")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/cicada").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	p := &binaryProxy{
-		Addr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
-		admin: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
-	}
-	cmd := exec.Command(bin, "--listen", p.Addr, "--admin", p.admin, "--upstream", upstream,
-		"--hot-threshold", "1", "--log-level", "warn")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cicada not ready after 10 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// metric scrapes one unlabelled metric from /metrics.
-func (p *binaryProxy) metric(t *testing.T, name string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }

@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"cmp"
+	"slices"
+
+	"go.uber.org/zap"
+)
+
+// closeReason is why Cicada closed a client connection itself.
+type closeReason int
+
+const (
+	closeQueryBuffer  closeReason = iota // client-query-buffer-limit
+	closeOutputBuffer                    // Redis's client-output-buffer-limit
+	closeClientMemory                    // max-client-memory
+	closeReasons
+)
+
+var closeReasonNames = [closeReasons]string{"query-buffer-limit", "output-buffer-limit", "max-client-memory"}
+
+func (r closeReason) String() string { return closeReasonNames[r] }
+
+// heavyBytes is how much a connection must hold (unread replies plus
+// unparsed requests) to be counted against max-client-memory; lighter
+// connections are not tracked.
+const heavyBytes = 64 << 10
+
+// sumEvery is how many bytes the loop's heavy connections may grow by
+// before their holdings are summed again.
+const sumEvery = 1 << 20
+
+// closeFor closes the client for exceeding a limit, as Redis does: at
+// once, unsent replies dropped, with a log line.
+func (s *session) closeFor(why closeReason, held int) {
+	if s.closed {
+		return
+	}
+	s.srv.closedFor[why].Add(1)
+	s.srv.log.Warn("closing client", zap.Stringer("reason", why),
+		zap.String("client", s.client.RemoteAddr().String()), zap.Int("bytes", held))
+	s.closed = true
+	_ = s.client.Close() // its buffers stay counted in loop.heavy until release
+}
+
+// checkOutput applies Redis's client-output-buffer-limit of the client's
+// class to the replies it has not read (Cicada's outbound buffer for it,
+// where Redis's own output buffer would hold them had it sent them to the
+// client directly), after a write. Redis's rule (networking.c,
+// checkClientOutputBufferLimits): at or over the hard limit, close; at or
+// over the soft limit for longer than its seconds, close. It then charges
+// the client's holdings to max-client-memory. Reports whether the client
+// was closed.
+func (s *session) checkOutput() bool {
+	out := s.client.OutboundBuffered()
+	if out == 0 && s.held == 0 {
+		s.softSince = 0
+		return false // the common case: gnet wrote everything at once
+	}
+	if out > 0 {
+		hard, soft, softFor := s.srv.fencer.OutputLimit(s.subscribed())
+		n := int64(out)
+		switch {
+		case hard > 0 && n >= hard:
+			s.closeFor(closeOutputBuffer, out)
+			return true
+		case soft > 0 && n >= soft:
+			now := s.srv.clock.Load() + 1 // never 0, which means unset
+			if s.softSince == 0 {
+				s.softSince = now
+			} else if now-s.softSince > int64(softFor) {
+				s.closeFor(closeOutputBuffer, out)
+				return true
+			}
+		default:
+			s.softSince = 0
+		}
+	}
+	return s.chargeMemory()
+}
+
+// chargeMemory tracks the client's holdings (unread replies, unparsed
+// requests) against the loop's share of max-client-memory, as Redis 7's
+// client eviction does: when the loop's heavy connections have grown by
+// sumEvery since they were last summed, it sums them (connections being
+// closed too: gnet frees their buffers only once the close runs) and,
+// over the share, closes the open ones holding the most until the rest
+// fit. While the loop is over its share, a heavy connection that grows is
+// closed at once. Reports whether s was closed.
+func (s *session) chargeMemory() bool {
+	budget := s.srv.cfg.MaxClientMemory
+	if budget <= 0 || s.closed {
+		return false
+	}
+	l := s.loop
+	held := int64(s.client.OutboundBuffered() + s.client.InboundBuffered())
+	grew := held > s.held
+	if grew {
+		l.grown += held - s.held
+	}
+	s.held = held
+	if held < heavyBytes {
+		return false
+	}
+	l.heavy[s] = struct{}{}
+	share := budget / int64(s.srv.cfg.Loops)
+	if grew && l.held > share {
+		s.closeFor(closeClientMemory, int(held))
+		return true
+	}
+	if l.grown < sumEvery {
+		return false
+	}
+	l.grown = 0
+	var open []*session
+	l.held = 0
+	for h := range l.heavy {
+		if !h.closed {
+			h.held = int64(h.client.OutboundBuffered() + h.client.InboundBuffered())
+			if h.held < heavyBytes {
+				delete(l.heavy, h)
+				continue
+			}
+			open = append(open, h)
+		}
+		l.held += h.held
+	}
+	if l.held <= share {
+		return false
+	}
+	slices.SortFunc(open, func(a, b *session) int { return cmp.Compare(b.held, a.held) })
+	over := l.held
+	for _, h := range open {
+		if over <= share {
+			break
+		}
+		over -= h.held
+		h.closeFor(closeClientMemory, int(h.held))
+	}
+	return s.closed
+}

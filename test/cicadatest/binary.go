@@ -1,0 +1,115 @@
+package cicadatest
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// Binary is a Cicada process started by StartBinary: the production
+// binary, for figures a test process would distort (its goroutines share
+// the Go scheduler with the load generator's) and for its RSS.
+type Binary struct {
+	Addr  string // client address
+	Admin string // admin HTTP address
+	Pid   int
+}
+
+// adminClient closes each admin connection after its request, so a test
+// counting Cicada's descriptors sees none of its own.
+var adminClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
+// StartBinary builds cmd/cicada and runs it in front of upstream with
+// --hot-threshold 1, --log-level warn and args (later flags win), until the
+// test ends, once /readyz says it is ready.
+func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(t.TempDir(), "cicada")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/cicada")
+	build.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	p := &Binary{
+		Addr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		Admin: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+	}
+	all := append([]string{"--listen", p.Addr, "--admin", p.Admin, "--upstream", upstream,
+		"--hot-threshold", "1", "--log-level", "warn"}, args...)
+	cmd := exec.Command(bin, all...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.Pid = cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := adminClient.Get("http://" + p.Admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cicada not ready after 10 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Metric scrapes one sample from /metrics: name with labels written as
+// in the exposition format (`cicada_cache_hits_total` or
+// `cicada_clients_closed_total{reason="max-client-memory"}`).
+func (p *Binary) Metric(t testing.TB, sample string) float64 {
+	t.Helper()
+	resp, err := adminClient.Get("http://" + p.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	t.Fatalf("no metric %s", sample)
+	return 0
+}
+
+// RSS returns the resident set size of process pid in bytes
+// (/proc/<pid>/status VmRSS).
+func RSS(t testing.TB, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}

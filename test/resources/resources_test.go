@@ -1,0 +1,291 @@
+// Package resources measures Cicada's memory under hostile clients: slow
+// readers flooding it with pipelined reads, and many idle connections.
+// Cicada runs as its own process (its RSS is what is measured).
+package resources
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// maxClientMemory is the bound TestSlowReaderFlood configures.
+const maxClientMemory = 256 << 20
+
+// TestSlowReaderFlood: 100 clients each pipeline 10,000 GETs of a 1 MB
+// cached value and read nothing (10 GB of replies each). Cicada must close
+// them (max-client-memory; Redis's normal clients have no output limit by
+// default) while its RSS stays under the bound plus the cache and a
+// baseline, and a client reading a small key meanwhile is served. It logs
+// RSS and the probe client's latency before and during the flood:
+//
+//	go test -run TestSlowReaderFlood -v ./test/resources/
+func TestSlowReaderFlood(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.StartBinary(t, r.Addr, "--cache-max-value", "2mb", "--cache-max-bytes", "64mb",
+		"--max-client-memory", fmt.Sprint(maxClientMemory))
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true})
+	defer rc.Close()
+	if err := rc.Set(ctx, "big", strings.Repeat("b", 1<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(ctx, "small", "s", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		_ = rc.Get(ctx, "big").Err()
+		_ = rc.Get(ctx, "small").Err()
+	}
+	if hits := p.Metric(t, "cicada_cache_hits_total"); hits < 10 {
+		t.Fatalf("big and small not answered from the cache (%v hits)", hits)
+	}
+	// The probe: one GET of the small key per ms.
+	probe := func(d time.Duration) []time.Duration {
+		var lat []time.Duration
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			start := time.Now()
+			if err := rc.Get(ctx, "small").Err(); err != nil {
+				t.Errorf("probe GET during the flood: %v", err)
+				return lat
+			}
+			lat = append(lat, time.Since(start))
+		}
+		return lat
+	}
+	quiet := probe(2 * time.Second)
+	rssBefore := cicadatest.RSS(t, p.Pid)
+	// Read big again: unread for 2 s, it went cold and left the cache, and
+	// one long pipeline never fills it (a fill needs an empty queue).
+	for hits := p.Metric(t, "cicada_cache_hits_total"); p.Metric(t, "cicada_cache_hits_total") < hits+2; {
+		_ = rc.Get(ctx, "big").Err()
+	}
+
+	var req []byte
+	for range 10000 {
+		req = resp.AppendCommand(req, []byte("GET"), []byte("big"))
+	}
+	const clients = 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	closed := 0
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := smallBuffers.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			go func() { _, _ = c.Write(req) }()
+			// Read nothing for 3 s, then see whether Cicada closed us:
+			// draining what the socket holds ends in EOF or a reset.
+			time.Sleep(3 * time.Second)
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			buf := make([]byte, 1<<20)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+						mu.Lock()
+						closed++
+						mu.Unlock()
+					}
+					return
+				}
+			}
+		}()
+	}
+	var peak int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak = max(peak, cicadatest.RSS(t, p.Pid))
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	flood := probe(3 * time.Second)
+	wg.Wait()
+	close(stop)
+	<-sampled
+	evicted := p.Metric(t, `cicada_clients_closed_total{reason="max-client-memory"}`)
+	t.Logf("hits %v, misses %v (hits forwarded: %v)", p.Metric(t, "cicada_cache_hits_total"),
+		p.Metric(t, "cicada_cache_misses_total"), p.Metric(t, "cicada_cache_hits_forwarded_total"))
+	// Bound: the clients' buffers, the cache, and what Cicada needs
+	// without clients (measured before the flood) plus 64 MB for the
+	// garbage collector's headroom over freed buffers.
+	bound := int64(maxClientMemory) + 64<<20 + rssBefore + 64<<20
+	t.Logf("%d clients x 10,000 GETs of 1 MB unread: %d closed (%v by max-client-memory); Cicada RSS %d MB before, peak %d MB (bound %d MB)",
+		clients, closed, evicted, rssBefore>>20, peak>>20, bound>>20)
+	t.Logf("probe GET of a cached key, 1 per ms: quiet p50 %v p99 %v max %v; during the flood p50 %v p99 %v max %v",
+		pct(quiet, 50), pct(quiet, 99), pct(quiet, 100), pct(flood, 50), pct(flood, 99), pct(flood, 100))
+	if closed != clients {
+		t.Errorf("%d of %d flooding clients closed", closed, clients)
+	}
+	if peak > bound {
+		t.Errorf("Cicada's RSS peaked at %d MB, over %d MB", peak>>20, bound>>20)
+	}
+}
+
+// smallBuffers dials with a 64 KB receive buffer. Loopback sockets that
+// are not read otherwise grow theirs to tcp_rmem's maximum (32 MB here):
+// 100 of them exhaust tcp_mem and stall every TCP connection on the
+// machine, Redis's included, which measures the kernel, not Cicada.
+var smallBuffers = net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) })
+	if err != nil {
+		return err
+	}
+	return serr
+}}
+
+// pct returns the q-th percentile of d (q = 100: the maximum).
+func pct(d []time.Duration, q int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*q/100)]
+}
+
+// raiseFiles raises this process's open-file limit (inherited by the
+// servers it starts) to its hard limit and returns it.
+func raiseFiles(t *testing.T) uint64 {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		old := lim
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	}
+	return lim.Cur
+}
+
+// idleConns opens n connections to addr, each answered a PING, and
+// returns them.
+func idleConns(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 16)
+			for i := w; i < n; i += 8 {
+				c, err := net.Dial("tcp", addr)
+				if err == nil {
+					conns[i] = c
+					_, err = c.Write([]byte("PING\r\n"))
+				}
+				if err == nil {
+					_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					var m int
+					m, err = c.Read(buf)
+					if err == nil && string(buf[:m]) != "+PONG\r\n" {
+						err = fmt.Errorf("PING: %q", buf[:m])
+					}
+				}
+				if err != nil {
+					errs <- fmt.Errorf("connection %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return conns
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// TestIdleConnections holds 10,000 idle connections open through Cicada
+// and directly to Redis (fewer if the open-file limit is under 20,200), and logs the RSS each costs; closing them must
+// give back every client and upstream connection (no fd leak):
+//
+//	go test -run TestIdleConnections -v ./test/resources/
+func TestIdleConnections(t *testing.T) {
+	// Cicada needs two descriptors per client (client and upstream):
+	// 10,000 clients, or as many as the hard limit allows.
+	n := min(10000, int(raiseFiles(t)-200)/2)
+	r := redistest.Start(t, "--maxclients", fmt.Sprint(2*n))
+	p := cicadatest.StartBinary(t, r.Addr)
+	redisPid := r.Cmd.Process.Pid
+
+	base := cicadatest.RSS(t, redisPid)
+	conns := idleConns(t, r.Addr, n)
+	direct := cicadatest.RSS(t, redisPid) - base
+	closeAll(conns)
+
+	fdsBefore := openFiles(t, p.Pid)
+	cicadaBase, redisBase := cicadatest.RSS(t, p.Pid), cicadatest.RSS(t, redisPid)
+	conns = idleConns(t, p.Addr, n)
+	cicada, upstream := cicadatest.RSS(t, p.Pid)-cicadaBase, cicadatest.RSS(t, redisPid)-redisBase
+	if got := p.Metric(t, "cicada_client_connections"); got != float64(n) {
+		t.Errorf("cicada_client_connections = %v with %d open", got, n)
+	}
+	t.Logf("%d idle connections: Redis direct %.1f KB each; through Cicada %.1f KB each in Cicada plus %.1f KB in Redis for its upstream connection",
+		n, kb(direct, n), kb(cicada, n), kb(upstream, n))
+	closeAll(conns)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		fds := openFiles(t, p.Pid)
+		if fds <= fdsBefore && p.Metric(t, "cicada_client_connections") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after closing: %d open files in Cicada (%d before), %v client connections",
+				fds, fdsBefore, p.Metric(t, "cicada_client_connections"))
+		}
+	}
+}
+
+func kb(b int64, n int) float64 { return float64(b) / 1024 / float64(n) }
+
+// openFiles counts process pid's open file descriptors.
+func openFiles(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
