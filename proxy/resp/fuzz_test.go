@@ -2,6 +2,8 @@ package resp
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -34,7 +36,70 @@ func FuzzRequestParser(f *testing.F) {
 				t.Fatalf("complete command with argc %d", e.argc)
 			}
 		}
+		reencodes(t, in)
+		boundedAlloc(t, in)
 	})
+}
+
+// reencodes checks that every command parsed whole from in (no argument
+// streamed) is what AppendCommand encodes from its arguments: the same
+// bytes for a multibulk request (but for its CRLFs, see
+// sameButTerminators), the same arguments once parsed again for an inline
+// one.
+func reencodes(t *testing.T, in []byte) {
+	p := NewRequestParser(1 << 20)
+	for b := in; len(b) > 0; {
+		n, r := p.Parse(b)
+		if r == NeedMore || r == ProtocolError {
+			return
+		}
+		if r == Complete && !slices.ContainsFunc(p.Args(), func(a []byte) bool { return a == nil }) {
+			enc := AppendCommand(nil, p.Args()...)
+			if !p.Inline() && !sameButTerminators(enc, b[:n]) {
+				t.Fatalf("%q parsed to %q, which encodes as %q", b[:n], p.Args(), enc)
+			}
+			q := NewRequestParser(1 << 20)
+			if m, r2 := q.Parse(enc); r2 != Complete || m != len(enc) || fmt.Sprint(q.Args()) != fmt.Sprint(p.Args()) {
+				t.Fatalf("%q (from %q) parsed again: %d, %v, %q", enc, b[:n], m, r2, q.Args())
+			}
+		}
+		b = b[n:]
+	}
+}
+
+// sameButTerminators reports whether got is enc except for the bytes of
+// enc's CRLFs: like Redis, the parser skips the two bytes after a header's
+// CR and after a bulk payload without looking at them.
+func sameButTerminators(enc, got []byte) bool {
+	if len(enc) != len(got) {
+		return false
+	}
+	for i := range enc {
+		if enc[i] != got[i] && enc[i] != '\r' && enc[i] != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// boundedAlloc checks that parsing in allocates at most 1 MiB plus 64
+// bytes per input byte: declared lengths and counts must not be trusted
+// with memory before their bytes arrive.
+func boundedAlloc(t *testing.T, in []byte) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p := NewRequestParser(1 << 20)
+	for b := in; len(b) > 0; {
+		n, r := p.Parse(b)
+		if r == ProtocolError || (r == NeedMore && n == 0) {
+			break
+		}
+		b = b[n:]
+	}
+	runtime.ReadMemStats(&after)
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(1<<20+64*len(in)); got > limit {
+		t.Fatalf("parsing %d bytes allocated %d bytes", len(in), got)
+	}
 }
 
 var replySeeds = []string{
@@ -60,6 +125,13 @@ func FuzzReplyFramer(f *testing.F) {
 		split, errSplit := frameAll(chunks)
 		if fmt.Sprint(whole) != fmt.Sprint(split) || (errWhole == nil) != (errSplit == nil) {
 			t.Fatalf("whole %v, %v != byte by byte %v, %v", whole, errWhole, split, errSplit)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _ = frameAll([][]byte{in})
+		runtime.ReadMemStats(&after)
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(1<<20+64*len(in)); got > limit {
+			t.Fatalf("framing %d bytes allocated %d bytes", len(in), got)
 		}
 		var sum int64
 		for _, s := range whole {
