@@ -1,0 +1,9 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+)
+
+func TestMain(m *testing.M) { cicadatest.VerifyNoLeaks(m) }
