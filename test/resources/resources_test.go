@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -288,4 +289,94 @@ func openFiles(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// goroutines reads the goroutine count from Cicada's /debug/pprof.
+func goroutines(t *testing.T, p *cicadatest.Binary) int {
+	t.Helper()
+	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // holds no descriptor in Cicada
+	resp, err := c.Get("http://" + p.Admin + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var n int
+	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitClosed waits up to 10 s for Cicada to close every connection.
+func waitClosed(t *testing.T, conns []net.Conn, why string) {
+	t.Helper()
+	buf := make([]byte, 64)
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatalf("connection %d still open 10 s after %s", i, why)
+				}
+				break
+			}
+		}
+	}
+}
+
+// TestRedisRestartStorm: with 1,000 clients connected, Redis stops; Cicada
+// closes them all, as Redis did. 1,000 more connect while Redis is down and
+// are closed at once. Redis comes back on the same port: Cicada serves
+// again, and holds exactly the descriptors and goroutines it held before.
+func TestRedisRestartStorm(t *testing.T) {
+	raiseFiles(t)
+	r := redistest.Start(t)
+	p := cicadatest.StartBinary(t, r.Addr)
+	ping := func() error {
+		rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, MaxRetries: -1})
+		defer rc.Close()
+		return rc.Ping(context.Background()).Err()
+	}
+	if err := ping(); err != nil {
+		t.Fatal(err)
+	}
+	for p.Metric(t, "cicada_client_connections") != 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fds, gs := openFiles(t, p.Pid), goroutines(t, p)
+
+	conns := idleConns(t, p.Addr, 1000)
+	r.Stop()
+	waitClosed(t, conns, "Redis stopped")
+	closeAll(conns)
+
+	var storm []net.Conn
+	for range 1000 {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storm = append(storm, c)
+	}
+	waitClosed(t, storm, "they connected with Redis down")
+	closeAll(storm)
+
+	redistest.StartPort(t, r.Port)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := ping(); err == nil && p.Metric(t, "cicada_keyspace_subscription_up") == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("Cicada not serving 10 s after Redis came back: %v", err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		f, g := openFiles(t, p.Pid), goroutines(t, p)
+		if f <= fds && g <= gs {
+			t.Logf("after 2,000 connections and a Redis restart: %d descriptors, %d goroutines (before: %d, %d)", f, g, fds, gs)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the storm: %d descriptors, %d goroutines; before it %d, %d", f, g, fds, gs)
+		}
+	}
 }
