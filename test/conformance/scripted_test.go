@@ -193,3 +193,21 @@ func TestProtocolErrors(t *testing.T) {
 	// A request whose NUL byte hides the line end waits, like Redis.
 	p.Compare(t, send("ECHO a\x00b\r\n"+cmd("GET", "hot")))
 }
+
+// TestUnauthenticatedLimits: with a password required, Redis refuses a
+// multibulk of more than 10 arguments or a bulk string over 16 KB from a
+// client that has not authenticated (a protocol error, then a close), and
+// allows both once it has.
+func TestUnauthenticatedLimits(t *testing.T) {
+	p := difftest.NewPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw"})
+	eleven := cmd("MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5")
+	long := cmd("SET", "a", strings.Repeat("x", 16385))
+	for name, conv := range map[string][]step{
+		"11 arguments":        {send(cmd("GET", "a") + eleven + cmd("GET", "a"))},
+		"bulk over 16 KB":     {send(cmd("GET", "a") + long + cmd("GET", "a"))},
+		"after AUTH":          {send(cmd("AUTH", "pw") + eleven + long + cmd("GET", "a"))},
+		"after a failed AUTH": {send(cmd("AUTH", "bad") + eleven)},
+	} {
+		t.Run(name, func(t *testing.T) { p.Compare(t, conv...) })
+	}
+}
