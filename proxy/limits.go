@@ -58,7 +58,7 @@ func (s *session) checkOutput() bool {
 		return false // the common case: gnet wrote everything at once
 	}
 	if out > 0 {
-		hard, soft, softFor := s.srv.fencer.OutputLimit(s.subscribed())
+		hard, soft, softFor := s.srv.fencer.OutputLimit(s.subscribed() || s.opaquePubsub)
 		n := int64(out)
 		switch {
 		case hard > 0 && n >= hard:
@@ -80,13 +80,14 @@ func (s *session) checkOutput() bool {
 }
 
 // chargeMemory tracks the client's holdings (unread replies, unparsed
-// requests) against the loop's share of max-client-memory, as Redis 7's
-// client eviction does: when the loop's heavy connections have grown by
-// sumEvery since they were last summed, it sums them (connections being
-// closed too: gnet frees their buffers only once the close runs) and,
-// over the share, closes the open ones holding the most until the rest
-// fit. While the loop is over its share, a heavy connection that grows is
-// closed at once. Reports whether s was closed.
+// requests) against max-client-memory, as Redis 7's client eviction does.
+// When the loop's heavy connections have grown by sumEvery since they were
+// last summed, it sums them (connections being closed too: gnet frees
+// their buffers only once the close runs) and adds the other loops' last
+// sums; over the bound, it closes this loop's open connections holding
+// the most until the total fits. While the total is over the bound, a
+// heavy connection that grows is closed at once. Reports whether s was
+// closed.
 func (s *session) chargeMemory() bool {
 	budget := s.srv.cfg.MaxClientMemory
 	if budget <= 0 || s.closed {
@@ -98,13 +99,17 @@ func (s *session) chargeMemory() bool {
 	if grew {
 		l.grown += held - s.held
 	}
+	if _, ok := l.heavy[s]; ok {
+		l.held += held - s.held
+	} else if held >= heavyBytes {
+		l.heavy[s] = struct{}{}
+		l.held += held
+	}
 	s.held = held
 	if held < heavyBytes {
 		return false
 	}
-	l.heavy[s] = struct{}{}
-	share := budget / int64(s.srv.cfg.Loops)
-	if grew && l.held > share {
+	if grew && l.held+s.srv.heldElsewhere(l) > budget {
 		s.closeFor(closeClientMemory, int(held))
 		return true
 	}
@@ -125,17 +130,43 @@ func (s *session) chargeMemory() bool {
 		}
 		l.held += h.held
 	}
-	if l.held <= share {
+	l.stats.held.Store(l.held)
+	total := l.held + s.srv.heldElsewhere(l)
+	if total <= budget {
 		return false
 	}
 	slices.SortFunc(open, func(a, b *session) int { return cmp.Compare(b.held, a.held) })
-	over := l.held
 	for _, h := range open {
-		if over <= share {
+		if total <= budget {
 			break
 		}
-		over -= h.held
+		total -= h.held
 		h.closeFor(closeClientMemory, int(h.held))
 	}
 	return s.closed
+}
+
+// untrack stops counting s against max-client-memory; at its client
+// connection's OnClose, when gnet frees its buffers.
+func (s *session) untrack() {
+	l := s.loop
+	if _, ok := l.heavy[s]; ok {
+		delete(l.heavy, s)
+		l.held -= s.held
+		l.stats.held.Store(l.held)
+	}
+}
+
+// heldElsewhere sums what the other loops' heavy clients held when those
+// loops last summed them.
+func (srv *Server) heldElsewhere(self *loopState) int64 {
+	srv.loopsMu.Lock()
+	defer srv.loopsMu.Unlock()
+	var n int64
+	for _, l := range srv.order {
+		if l != self {
+			n += l.stats.held.Load()
+		}
+	}
+	return n
 }

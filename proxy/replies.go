@@ -214,6 +214,7 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 			sl.stripes, sl.hold = 0, holdNone
 			s.dropSlots()
 			s.goOpaque()
+			s.opaquePubsub = true // its subscriptions are no longer counted
 		}
 	case sl.act == actDiscard:
 		if !failed { // a DISCARD refused (ACL) leaves the transaction open

@@ -77,10 +77,10 @@ type Config struct {
 	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
 	QueryBufferLimit int64
 	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
-	// they have not read and requests not yet parsed or forwarded, like
-	// Redis 7's maxmemory-clients. Each event loop enforces an equal share
-	// over its connections holding at least heavyBytes, closing the one
-	// holding the most until under. 0 means no bound.
+	// they have not read and requests not yet parsed or forwarded, counted
+	// over connections holding at least heavyBytes, as Redis 7's
+	// maxmemory-clients bounds client memory. Over it, the event loop that
+	// sees it closes its clients holding the most. 0 means no bound.
 	MaxClientMemory int64
 	// MaxValue is the cache's largest value in bytes (to size the fill
 	// capture).
@@ -143,12 +143,12 @@ type loopState struct {
 	downv  [][]byte // reply bytes to pass to the client
 	inject []byte   // Cicada's PTTL for a fill
 	// heavy are this loop's sessions that held at least heavyBytes at a
-	// check, closing ones until released; grown counts bytes their buffers
-	// grew by since the loop's client memory was last summed (see
-	// chargeMemory).
+	// check, until their client connection's OnClose; grown counts bytes
+	// their buffers grew by since they were last summed into held, which
+	// stats.held publishes to the other loops (see chargeMemory).
 	heavy map[*session]struct{}
 	grown int64
-	held  int64 // what heavy held when last summed (bytes)
+	held  int64
 	// The fencer's Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
@@ -170,6 +170,7 @@ type loopStats struct {
 	fills      atomic.Uint64 // fills kept
 	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
 	inflight   atomic.Int64  // requests awaiting a reply
+	held       atomic.Int64  // bytes the loop's heavy clients held when last summed
 	_          [64]byte
 }
 

@@ -156,8 +156,9 @@ type session struct {
 	pendingFill *readInfo
 
 	// Limits (limits.go).
-	softSince int64 // clock+1 when unread replies reached the soft limit, 0 if below
-	held      int64 // bytes held for the client at its last charge
+	softSince    int64 // clock+1 when unread replies reached the soft limit, 0 if below
+	held         int64 // bytes held for the client at its last charge
+	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
 }
 
 // queue appends a slot; every queued slot counts in the loop's in-flight
@@ -364,6 +365,7 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 // onClientClose tears the session down after the client went away.
 func (s *session) onClientClose() {
 	s.closed = true
+	s.untrack()
 	if s.up != nil && !s.gone {
 		_ = s.up.Close()
 	}
@@ -416,7 +418,6 @@ func (s *session) release() {
 		return
 	}
 	s.gone = true
-	delete(s.loop.heavy, s)
 	s.dropSlots()
 	s.abandonTx()
 }
