@@ -14,10 +14,11 @@ const (
 	closeQueryBuffer  closeReason = iota // client-query-buffer-limit
 	closeOutputBuffer                    // Redis's client-output-buffer-limit
 	closeClientMemory                    // max-client-memory
+	closeMaxClients                      // maxclients, at accept
 	closeReasons
 )
 
-var closeReasonNames = [closeReasons]string{"query-buffer-limit", "output-buffer-limit", "max-client-memory"}
+var closeReasonNames = [closeReasons]string{"query-buffer-limit", "output-buffer-limit", "max-client-memory", "maxclients"}
 
 func (r closeReason) String() string { return closeReasonNames[r] }
 

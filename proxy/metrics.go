@@ -36,7 +36,7 @@ var (
 	descInflight = prometheus.NewDesc("cicada_inflight_requests",
 		"Forwarded requests awaiting their reply.", nil, nil)
 	descClosed = prometheus.NewDesc("cicada_clients_closed_total",
-		"Client connections Cicada closed itself, by reason: query-buffer-limit, output-buffer-limit (Redis's client-output-buffer-limit), max-client-memory.", []string{"reason"}, nil)
+		"Client connections Cicada closed itself, by reason: query-buffer-limit, output-buffer-limit (Redis's client-output-buffer-limit), max-client-memory, maxclients.", []string{"reason"}, nil)
 	descUpErrors = prometheus.NewDesc("cicada_upstream_errors_total",
 		"Upstream connections that could not be made and invalid replies from Redis.", nil, nil)
 	descSubUp = prometheus.NewDesc("cicada_keyspace_subscription_up",

@@ -76,6 +76,13 @@ type Config struct {
 	// Cicada (unparsed, or waiting behind a paused request) before it is
 	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
 	QueryBufferLimit int64
+	// MaxClients is how many client connections may be open at once, like
+	// Redis's maxclients: one more is answered "-ERR max number of clients
+	// reached" and closed. 0 means 10000 (Redis's default). Each client
+	// needs two descriptors (its own and its upstream connection); keep it
+	// under half the open-file limit (see cmd/cicada), or accept fails and
+	// gnet stops serving.
+	MaxClients int
 	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
 	// they have not read and requests not yet parsed or forwarded, counted
 	// over connections holding at least heavyBytes, as Redis 7's
@@ -186,6 +193,9 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = 10000
 	}
 	if cfg.QueryBufferLimit <= 0 {
 		cfg.QueryBufferLimit = 1 << 30
@@ -360,6 +370,10 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if srv.draining.Load() {
 		return nil, gnet.Close
 	}
+	if srv.conns.Load() >= int64(srv.cfg.MaxClients) {
+		srv.closedFor[closeMaxClients].Add(1)
+		return maxClientsReply, gnet.Close // Redis's words and behaviour
+	}
 	maxBulk := srv.fencer.MaxBulkLen()
 	s := &session{
 		srv:    srv,
@@ -377,6 +391,9 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	go srv.dial(s, el)
 	return nil, gnet.None
 }
+
+// maxClientsReply is Redis's reply to a connection over maxclients.
+var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
 
 // dial connects the session's upstream and enrolls it on the client's
 // loop. Runs on its own goroutine: never dial on a loop.

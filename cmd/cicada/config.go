@@ -102,6 +102,11 @@ type Config struct {
 	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
 	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be >= 1.
 	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
+	// MaxClients is how many client connections may be open at once, like
+	// Redis's maxclients. Default 10000; lowered at start to what the
+	// open-file limit allows (fdsPerClient each, fdReserve kept), as Redis
+	// does.
+	MaxClients int `koanf:"maxclients"`
 	// MaxClientMemory bounds the bytes Cicada holds for all clients
 	// (replies they have not read, requests not yet parsed), like Redis 7's
 	// maxmemory-clients: over it, the clients holding the most are closed.
@@ -147,6 +152,7 @@ var settings = []setting{
 	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
 	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
 	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client may have buffered unparsed or unforwarded before it is closed"},
+	{key: "maxclients", def: 10000, usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
 	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unparsed requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
 	{key: "log-level", def: "info", usage: "debug, info, warn or error"},
 	{key: "log-format", def: "json", usage: "json or console"},
@@ -379,6 +385,7 @@ func decode(k *koanf.Koanf) (*Config, error) {
 		DialTimeout:            d.duration("dial-timeout"),
 		ShutdownTimeout:        d.duration("shutdown-timeout"),
 		ClientQueryBufferLimit: d.size("client-query-buffer-limit"),
+		MaxClients:             int(d.integer("maxclients", math.MinInt, math.MaxInt)),
 		MaxClientMemory:        d.size("max-client-memory"),
 		LogLevel:               strings.ToLower(d.str("log-level")),
 		LogFormat:              strings.ToLower(d.str("log-format")),
@@ -593,6 +600,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
 	case c.ClientQueryBufferLimit < 1:
 		return fmt.Errorf("client-query-buffer-limit: must be >= 1, got %d", c.ClientQueryBufferLimit)
+	case c.MaxClients < 1:
+		return fmt.Errorf("maxclients: must be >= 1, got %d", c.MaxClients)
 	case c.MaxClientMemory < 0:
 		return fmt.Errorf("max-client-memory: must be >= 0, got %d", c.MaxClientMemory)
 	case !oneOf(c.LogLevel, "debug", "info", "warn", "error"):
@@ -647,6 +656,7 @@ func (c *Config) Redacted() map[string]any {
 		"dial-timeout":              c.DialTimeout.String(),
 		"shutdown-timeout":          c.ShutdownTimeout.String(),
 		"client-query-buffer-limit": c.ClientQueryBufferLimit,
+		"maxclients":                c.MaxClients,
 		"max-client-memory":         c.MaxClientMemory,
 		"log-level":                 c.LogLevel,
 		"log-format":                c.LogFormat,

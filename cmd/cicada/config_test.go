@@ -50,6 +50,7 @@ func TestDefaults(t *testing.T) {
 		DialTimeout:            2 * time.Second,
 		ShutdownTimeout:        10 * time.Second,
 		ClientQueryBufferLimit: 1 << 30,
+		MaxClients:             10000,
 		MaxClientMemory:        1 << 30,
 		LogLevel:               "info",
 		LogFormat:              "json",

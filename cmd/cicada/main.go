@@ -80,6 +80,33 @@ func reserveP(loops int) {
 	}
 }
 
+// Descriptors: each client holds two (its connection and its upstream
+// connection); fdReserve are kept for the listener, epoll, the admin
+// server and Cicada's own Redis connections.
+const (
+	fdsPerClient = 2
+	fdReserve    = 64
+)
+
+// fitMaxClients lowers maxclients to what the open-file limit allows, as
+// Redis does (it reserves 32): past the limit accept(2) fails with EMFILE
+// and gnet stops serving altogether. Go raised the soft limit to the hard
+// one at start.
+func fitMaxClients(want int, log *zap.Logger) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return want
+	}
+	fit := (int64(lim.Cur) - fdReserve) / fdsPerClient
+	if int64(want) <= fit {
+		return want
+	}
+	fit = max(fit, 1)
+	log.Warn("maxclients lowered to fit the open-file limit", zap.Int("maxclients", want),
+		zap.Uint64("open_file_limit", lim.Cur), zap.Int64("now", fit))
+	return int(fit)
+}
+
 // serve builds the components, runs them, and shuts them down when ctx is
 // done.
 func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
@@ -116,6 +143,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 		Loops:            cfg.Loops,
 		DialTimeout:      cfg.DialTimeout,
 		QueryBufferLimit: cfg.ClientQueryBufferLimit,
+		MaxClients:       fitMaxClients(cfg.MaxClients, log),
 		MaxClientMemory:  cfg.MaxClientMemory,
 		MaxValue:         cfg.CacheMaxValue,
 		Logger:           log.Named("proxy"),

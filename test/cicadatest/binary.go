@@ -33,6 +33,13 @@ var adminClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // test ends, once /readyz says it is ready.
 func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 	t.Helper()
+	return StartBinaryUnder(t, nil, upstream, args...)
+}
+
+// StartBinaryUnder is StartBinary with the binary run through the command
+// line prefix (for example prlimit and its options); nil for none.
+func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...string) *Binary {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(t.TempDir(), "cicada")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/cicada")
@@ -46,7 +53,8 @@ func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 	}
 	all := append([]string{"--listen", p.Addr, "--admin", p.Admin, "--upstream", upstream,
 		"--hot-threshold", "1", "--log-level", "warn"}, args...)
-	cmd := exec.Command(bin, all...)
+	line := append(append(append([]string{}, prefix...), bin), all...)
+	cmd := exec.Command(line[0], line[1:]...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

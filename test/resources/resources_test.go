@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -378,5 +379,52 @@ func TestRedisRestartStorm(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("10 s after the storm: %d descriptors, %d goroutines; before it %d, %d", f, g, fds, gs)
 		}
+	}
+}
+
+// TestMaxClientsOpenFileLimit: Cicada started with 128 open files allowed
+// lowers maxclients to (128-64)/2 = 32, refuses the 33rd client as Redis
+// refuses one over its maxclients, and keeps serving: were it to run out
+// of descriptors, accept(2) would fail and gnet would stop serving.
+func TestMaxClientsOpenFileLimit(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) not installed")
+	}
+	r := redistest.Start(t)
+	p := cicadatest.StartBinaryUnder(t, []string{prlimit, "--nofile=128:128"}, r.Addr)
+	conns := make([]net.Conn, 0, 100)
+	defer func() { closeAll(conns) }()
+	replies := map[string]int{}
+	buf := make([]byte, 64)
+	for range 100 {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies[string(buf[:n])]++
+	}
+	if want := map[string]int{"+PONG\r\n": 32, "-ERR max number of clients reached\r\n": 68}; fmt.Sprint(replies) != fmt.Sprint(want) {
+		t.Errorf("100 clients got %v, want %v", replies, want)
+	}
+	closeAll(conns)
+	conns = conns[:0]
+	for deadline := time.Now().Add(5 * time.Second); p.Metric(t, "cicada_client_connections") != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("connections not closed")
+		}
+	}
+	conns = idleConns(t, p.Addr, 32)
+	if got := p.Metric(t, `cicada_clients_closed_total{reason="maxclients"}`); got != 68 {
+		t.Errorf(`cicada_clients_closed_total{reason="maxclients"} = %v, want 68`, got)
 	}
 }
