@@ -328,6 +328,12 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		return s.forwardRead(nil), true
 	}
 	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
+	if st == hotcache.Hit && !s.loop.unappliedAsked {
+		// Ask, then look again: a notification the subscriber applied
+		// between the lookup and the peek would be in neither.
+		s.loop.settled(srv.fencer, h)
+		reply, st = srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
+	}
 	switch st {
 	case hotcache.Hit:
 		if r := srv.idleRefresh.Load(); r > 0 && srv.clock.Load()-s.lastForward > r {

@@ -174,8 +174,8 @@ func (s *Subscriber) Reconnects() uint64 { return s.reconnects.Load() }
 // subscription is down): then no cached reply may be trusted to be newer
 // than every acknowledged write. Otherwise a cached reply of any other key
 // is no older than any write Redis acknowledged before the call, whoever
-// sent it (within Redis's own ordering: it writes the writer's reply a few
-// µs before the notification). scratch is the caller's buffer for the peek;
+// sent it (within Redis's own ordering: it writes the writer's reply
+// before the notification, µs apart when idle, up to ms under load). scratch is the caller's buffer for the peek;
 // 16 KiB holds about 250 notifications.
 //
 // It costs one recv(MSG_PEEK) system call (about 0.35 µs here) and, only

@@ -38,11 +38,11 @@ import (
 // session owns the connection); pend is theirs. unapplied may run on any
 // goroutine.
 type watchedConn struct {
-	*net.TCPConn
-	sub  *Subscriber
-	raw  syscall.RawConn
-	fd   int    // the socket, valid until closed is set
-	pend []byte // the start of a reply whose end has not been read yet
+	net.Conn // the *net.TCPConn; an interface, so its WriteTo and ReadFrom are not promoted past Read
+	sub      *Subscriber
+	raw      syscall.RawConn
+	fd       int    // the socket, valid until closed is set
+	pend     []byte // the start of a reply whose end has not been read yet
 
 	closed  atomic.Bool   // set before the socket is closed
 	broken  atomic.Bool   // the stream is not RESP2: nothing can be trusted
@@ -53,8 +53,19 @@ type watchedConn struct {
 
 // dialWatched is a go-redis Dialer that returns a watchedConn for s and
 // publishes it as s.watch.
+//
+// It dials once: go-redis, when the connection fails, dials again and
+// resubscribes at once, before the session sees the error and suspends the
+// cache, and a fresh empty socket would make Unapplied report nothing
+// unapplied for writes that were never notified. Refused, the dead
+// connection stays published (closed: Unapplied reports all) and the
+// session ends as it does for any receive error.
 func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var dialed atomic.Bool
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dialed.Swap(true) {
+			return nil, errors.New("keyspace: notification connection lost")
+		}
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -64,7 +75,7 @@ func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network
 			_ = c.Close()
 			return nil, errors.New("keyspace: notification connection is not TCP")
 		}
-		w := &watchedConn{TCPConn: tcp, sub: s, fd: -1}
+		w := &watchedConn{Conn: tcp, sub: s, fd: -1}
 		if w.raw, err = tcp.SyscallConn(); err == nil {
 			err = w.raw.Control(func(fd uintptr) { w.fd = int(fd) })
 		}
@@ -96,6 +107,11 @@ func (w *watchedConn) Read(p []byte) (int, error) {
 		return !errors.Is(rerr, unix.EAGAIN)
 	})
 	switch {
+	case w.broken.Load():
+		// Not RESP2: stop here rather than count on go-redis failing on
+		// the same bytes. The session ends and the cache is suspended.
+		w.closed.Store(true)
+		return 0, errNotRESP2
 	case err != nil: // deadline, closed
 		return 0, err
 	case rerr != nil:
@@ -120,8 +136,7 @@ func (w *watchedConn) apply(b []byte) {
 		n, err := scanFrame(b, &f)
 		if err != nil {
 			// go-redis fails on the same bytes and ends the session.
-			w.broken.Store(true)
-			w.sub.log.Warn("notification connection sent bytes that are not RESP2")
+			w.broken.Store(true) // Read ends the connection
 			return
 		}
 		if n == 0 {
@@ -138,15 +153,23 @@ func (w *watchedConn) apply(b []byte) {
 		}
 		b = b[n:]
 	}
-	w.pend = append(w.pend[:0], b...) // copy handles the overlap when b is in pend
+	switch {
+	case len(b) == 0 && cap(w.pend) > 64<<10:
+		w.pend = nil // a big notification has passed: let its buffer go
+	default:
+		w.pend = append(w.pend[:0], b...) // copy handles the overlap when b is in pend
+	}
 	w.partial.Store(len(w.pend) > 0)
 }
 
 // Close marks the connection closed, then closes it.
 func (w *watchedConn) Close() error {
 	w.closed.Store(true)
-	return w.TCPConn.Close()
+	return w.Conn.Close()
 }
+
+// errNotRESP2 ends a notification connection whose bytes are not RESP2.
+var errNotRESP2 = errors.New("keyspace: notification connection sent bytes that are not RESP2")
 
 // unapplied appends to dst the hotcache.Hash of every key whose keyspace
 // notification is in the socket's receive queue, not yet applied. all=true

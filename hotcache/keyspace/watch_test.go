@@ -3,6 +3,7 @@ package keyspace
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ func TestUnapplied(t *testing.T) {
 	s := New(Config{Addr: r.Addr, Configure: true, CheckInterval: time.Hour}, cache)
 	var armed atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
 	s.onPong = func() {
 		if armed.CompareAndSwap(true, false) {
 			entered <- struct{}{}
@@ -36,6 +38,9 @@ func TestUnapplied(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	// Runs first: a failed check must not leave the subscriber held, or
+	// the wait for Run above would last until the test binary's timeout.
+	defer releaseOnce.Do(func() { close(release) })
 	waitFor(t, "ready", s.Ready)
 
 	scratch := make([]byte, 16<<10)
@@ -91,7 +96,7 @@ func TestUnapplied(t *testing.T) {
 	}
 	waitFor(t, "a flush to make every key unapplied", func() bool { _, all := unapplied(); return all })
 
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	waitFor(t, "everything applied", func() bool { h, all := unapplied(); return len(h) == 0 && !all })
 	if n := cache.Stats().Replies; n != 0 {
 		t.Errorf("%d replies cached after a's notification; want 0", n)
