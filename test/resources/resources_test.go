@@ -389,7 +389,7 @@ func TestRedisRestartStorm(t *testing.T) {
 func TestMaxClientsOpenFileLimit(t *testing.T) {
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
-		t.Skip("prlimit (util-linux) not installed")
+		t.Skip("needs prlimit from util-linux (installed on every Debian, CI included)")
 	}
 	r := redistest.Start(t)
 	p := cicadatest.StartBinaryUnder(t, []string{prlimit, "--nofile=128:128"}, r.Addr)
