@@ -350,7 +350,7 @@ func TestBypassFlush(t *testing.T) {
 	direct := client(t, r.Addr, 2)
 	rc := client(t, p.Addr, 2)
 	ctx := context.Background()
-	for _, flush := range []string{"FLUSHALL", "FLUSHDB"} {
+	for i, flush := range []string{"FLUSHALL", "FLUSHDB"} {
 		mustDo(t, direct, "SET", "k", "v")
 		warmKey(t, p, rc, "GET", "k")
 		mustDo(t, direct, flush)
@@ -358,9 +358,9 @@ func TestBypassFlush(t *testing.T) {
 		if err := rc.Get(ctx, "k").Err(); err != redis.Nil {
 			t.Fatalf("GET after a direct %s: %v, want nil", flush, err)
 		}
-	}
-	if p.Sub.Flushes() != 2 {
-		t.Errorf("flushes seen: %d, want 2", p.Sub.Flushes())
+		// The INFO commandstats check may have emptied the cache first;
+		// the tracking connection must report the flush too.
+		waitFor(t, func() bool { return p.Sub.Flushes() == uint64(i+1) })
 	}
 }
 
