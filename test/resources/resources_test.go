@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -426,5 +427,52 @@ func TestMaxClientsOpenFileLimit(t *testing.T) {
 	conns = idleConns(t, p.Addr, 32)
 	if got := p.Metric(t, `cicada_clients_closed_total{reason="maxclients"}`); got != 68 {
 		t.Errorf(`cicada_clients_closed_total{reason="maxclients"} = %v, want 68`, got)
+	}
+}
+
+// tcpTimers returns, from /proc/net/tcp, the timer kind ("tr": 0 none,
+// 2 keepalive or another timer) of every established IPv4 socket whose
+// local or remote port is port, keyed "local->remote" ports.
+func tcpTimers(t *testing.T, port int, remote bool) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[3] != "01" { // 01: ESTABLISHED
+			continue
+		}
+		local, rem := f[1][strings.IndexByte(f[1], ':')+1:], f[2][strings.IndexByte(f[2], ':')+1:]
+		want := fmt.Sprintf("%04X", port)
+		if (!remote && local == want) || (remote && rem == want) {
+			out[local+"->"+rem] = f[5][:strings.IndexByte(f[5], ':')]
+		}
+	}
+	return out
+}
+
+// TestKeepAlive: Cicada's client connections and its upstream connections
+// have TCP keepalive on (a peer that vanished is found), as Redis's
+// tcp-keepalive does for its clients.
+func TestKeepAlive(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.StartBinary(t, r.Addr)
+	conns := idleConns(t, p.Addr, 3)
+	defer closeAll(conns)
+	_, listen, _ := net.SplitHostPort(p.Addr)
+	lp, _ := strconv.Atoi(listen)
+	accepted, upstream := tcpTimers(t, lp, false), tcpTimers(t, r.Port, true)
+	if len(accepted) != 3 || len(upstream) < 3 {
+		t.Fatalf("found %d accepted and %d upstream sockets, want 3 and at least 3", len(accepted), len(upstream))
+	}
+	for name, socks := range map[string]map[string]string{"client": accepted, "upstream": upstream} {
+		for s, timer := range socks {
+			if timer != "02" {
+				t.Errorf("%s connection %s: timer %s, want 02 (keepalive)", name, s, timer)
+			}
+		}
 	}
 }
