@@ -289,16 +289,6 @@ func (c *Cache) find(db int, h uint64, key []byte) *entry {
 	return nil
 }
 
-func (c *Cache) findString(db int, h uint64, key string) *entry {
-	for i := uint64(0); i < probe; i++ {
-		e := c.slots[(h+i)&c.mask].Load()
-		if e != nil && e.hash == h && e.db == int32(db) && e.key == key {
-			return e
-		}
-	}
-	return nil
-}
-
 // Suspend stops all hits and fills until the matching Resume. Calls nest.
 // Safe from any goroutine.
 func (c *Cache) Suspend() {
@@ -347,21 +337,14 @@ func (c *Cache) EndWrite(stripe uint32) {
 	st.inflight.Add(-1)
 }
 
-// Invalidate evicts key in db and refuses fills begun before it. For
-// keyspace notifications and writes whose completion is not observed.
-func (c *Cache) Invalidate(db int, key []byte) {
-	h := Hash(db, key)
+// Invalidate evicts key in db (h is Hash(db, key)) and refuses fills begun
+// before it; why is ReasonNotification for a keyspace notification,
+// ReasonWrite for a write Cicada forwards whose completion it does not
+// observe.
+func (c *Cache) Invalidate(db int, h uint64, key []byte, why Reason) {
 	c.stripes[h&c.smask].version.Add(1)
 	if e := c.find(db, h, key); e != nil {
-		c.evictEntry(e, ReasonNotification)
-	}
-}
-
-// InvalidateBytes is Invalidate for a []byte key, with its Hash.
-func (c *Cache) InvalidateBytes(db int, h uint64, key []byte) {
-	c.stripes[h&c.smask].version.Add(1)
-	if e := c.find(db, h, key); e != nil {
-		c.evictEntry(e, ReasonWrite)
+		c.evictEntry(e, why)
 	}
 }
 

@@ -148,7 +148,7 @@ func TestFillGuard(t *testing.T) {
 	}{
 		{"write began", func(c *Cache) { c.BeginWrite(0, h, key) }},
 		{"write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(0, h, key)) }},
-		{"notification", func(c *Cache) { c.Invalidate(0, []byte("k")) }},
+		{"notification", func(c *Cache) { c.Invalidate(0, Hash(0, []byte("k")), []byte("k"), ReasonNotification) }},
 		{"flush", func(c *Cache) { c.Flush() }},
 		{"suspend", func(c *Cache) { c.Suspend() }},
 		{"suspend and resume", func(c *Cache) { c.Suspend(); c.Resume() }},
@@ -298,7 +298,7 @@ func TestConcurrent(t *testing.T) {
 				case 2:
 					c.EndWrite(c.BeginWrite(0, h, k))
 				case 3:
-					c.Invalidate(0, k)
+					c.Invalidate(0, Hash(0, k), k, ReasonNotification)
 				case 4:
 					if n%50 == 4 {
 						c.Flush()

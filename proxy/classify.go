@@ -253,7 +253,7 @@ func (s *session) applyTxEffects(sl *slot) {
 // for opaqueHold, the time such a write most likely takes to run.
 func (s *session) applyOpaque(keys []commandKey, h hold, rules bool) {
 	for _, k := range keys {
-		s.srv.cache.InvalidateBytes(k.db, hotcache.Hash(k.db, k.key), k.key)
+		s.srv.cache.Invalidate(k.db, hotcache.Hash(k.db, k.key), k.key, hotcache.ReasonWrite)
 	}
 	if rules {
 		s.srv.ids.rulesChanged()
