@@ -84,8 +84,8 @@ func (s *session) checkOutput() bool {
 // requests) against max-client-memory, as Redis 7's client eviction does.
 // When the loop's heavy connections have grown by sumEvery since they were
 // last summed, it sums them (connections being closed too: gnet frees
-// their buffers only once the close runs) and adds the other loops' last
-// sums; over the bound, it closes this loop's open connections holding
+// their buffers only once the close runs) into the server's total over
+// all loops (clientHeld); over the bound, it closes this loop's open connections holding
 // the most until the total fits. While the total is over the bound, a
 // heavy connection that grows is closed at once. Reports whether s was
 // closed.
@@ -101,16 +101,16 @@ func (s *session) chargeMemory() bool {
 		l.grown += held - s.held
 	}
 	if _, ok := l.heavy[s]; ok {
-		l.held += held - s.held
+		l.addHeld(s.srv, held-s.held)
 	} else if held >= heavyBytes {
 		l.heavy[s] = struct{}{}
-		l.held += held
+		l.addHeld(s.srv, held)
 	}
 	s.held = held
 	if held < heavyBytes {
 		return false
 	}
-	if grew && l.held+s.srv.heldElsewhere(l) > budget {
+	if grew && s.srv.clientHeld.Load() > budget {
 		s.closeFor(closeClientMemory, int(held))
 		return true
 	}
@@ -119,7 +119,7 @@ func (s *session) chargeMemory() bool {
 	}
 	l.grown = 0
 	var open []*session
-	l.held = 0
+	var sum int64
 	for h := range l.heavy {
 		if !h.closed {
 			h.held = int64(h.client.OutboundBuffered() + h.client.InboundBuffered())
@@ -129,10 +129,10 @@ func (s *session) chargeMemory() bool {
 			}
 			open = append(open, h)
 		}
-		l.held += h.held
+		sum += h.held
 	}
-	l.stats.held.Store(l.held)
-	total := l.held + s.srv.heldElsewhere(l)
+	l.addHeld(s.srv, sum-l.held)
+	total := s.srv.clientHeld.Load()
 	if total <= budget {
 		return false
 	}
@@ -153,21 +153,13 @@ func (s *session) untrack() {
 	l := s.loop
 	if _, ok := l.heavy[s]; ok {
 		delete(l.heavy, s)
-		l.held -= s.held
-		l.stats.held.Store(l.held)
+		l.addHeld(s.srv, -s.held)
 	}
 }
 
-// heldElsewhere sums what the other loops' heavy clients held when those
-// loops last summed them.
-func (srv *Server) heldElsewhere(self *loopState) int64 {
-	srv.loopsMu.Lock()
-	defer srv.loopsMu.Unlock()
-	var n int64
-	for _, l := range srv.order {
-		if l != self {
-			n += l.stats.held.Load()
-		}
-	}
-	return n
+// addHeld changes what the loop's heavy clients hold by d bytes, in the
+// loop's count and in the server's total over all loops.
+func (l *loopState) addHeld(srv *Server, d int64) {
+	l.held += d
+	srv.clientHeld.Add(d)
 }

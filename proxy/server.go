@@ -132,6 +132,7 @@ type Server struct {
 	start       time.Time
 
 	closedFor      [closeReasons]atomic.Uint64 // clients closed by Cicada, by reason
+	clientHeld     atomic.Int64                // bytes the loops' heavy clients hold (limits.go)
 	conns          atomic.Int64                // client connections open
 	connsTotal     atomic.Uint64
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies
@@ -151,8 +152,8 @@ type loopState struct {
 	inject []byte   // Cicada's PTTL for a fill
 	// heavy are this loop's sessions that held at least heavyBytes at a
 	// check, until their client connection's OnClose; grown counts bytes
-	// their buffers grew by since they were last summed into held, which
-	// stats.held publishes to the other loops (see chargeMemory).
+	// their buffers grew by since they were last summed into held, the
+	// loop's share of srv.clientHeld (see chargeMemory).
 	heavy map[*session]struct{}
 	grown int64
 	held  int64
@@ -177,7 +178,6 @@ type loopStats struct {
 	fills      atomic.Uint64 // fills kept
 	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
 	inflight   atomic.Int64  // requests awaiting a reply
-	held       atomic.Int64  // bytes the loop's heavy clients held when last summed
 	_          [64]byte
 }
 
