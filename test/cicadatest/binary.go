@@ -37,7 +37,8 @@ func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 }
 
 // StartBinaryUnder is StartBinary with the binary run through the command
-// line prefix (for example prlimit and its options); nil for none.
+// line prefix (for example a shell that sets limits and execs it); nil
+// for none.
 func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...string) *Binary {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
