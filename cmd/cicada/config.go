@@ -98,6 +98,12 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight replies may take after SIGTERM.
 	// Default 10s; 0 means close at once.
 	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
+	// CommandstatsInterval is how often Cicada reads Redis's INFO
+	// commandstats to see changes Redis sends no notification of (ACL and
+	// requirepass changes, SWAPDB, DEBUG, REPLICAOF made on Redis
+	// directly): the longest one can go unseen. Default 100ms; must be
+	// between 10ms and 1m.
+	CommandstatsInterval time.Duration `koanf:"commandstats-interval"`
 	// ClientQueryBufferLimit is how many bytes a client may have buffered,
 	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
 	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be >= 1.
@@ -151,6 +157,7 @@ var settings = []setting{
 	{key: "configure-notifications", def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
 	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
 	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
+	{key: "commandstats-interval", def: 100 * time.Millisecond, usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
 	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client may have buffered unparsed or unforwarded before it is closed"},
 	{key: "maxclients", def: 10000, usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
 	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unparsed requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
@@ -384,6 +391,7 @@ func decode(k *koanf.Koanf) (*Config, error) {
 		ConfigureNotifications: d.boolean("configure-notifications"),
 		DialTimeout:            d.duration("dial-timeout"),
 		ShutdownTimeout:        d.duration("shutdown-timeout"),
+		CommandstatsInterval:   d.duration("commandstats-interval"),
 		ClientQueryBufferLimit: d.size("client-query-buffer-limit"),
 		MaxClients:             int(d.integer("maxclients", math.MinInt, math.MaxInt)),
 		MaxClientMemory:        d.size("max-client-memory"),
@@ -598,6 +606,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("dial-timeout: must be > 0, got %s", c.DialTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
+	case c.CommandstatsInterval < 10*time.Millisecond || c.CommandstatsInterval > time.Minute:
+		return fmt.Errorf("commandstats-interval: must be between 10ms and 1m, got %s", c.CommandstatsInterval)
 	case c.ClientQueryBufferLimit < 1:
 		return fmt.Errorf("client-query-buffer-limit: must be >= 1, got %d", c.ClientQueryBufferLimit)
 	case c.MaxClients < 1:
@@ -655,6 +665,7 @@ func (c *Config) Redacted() map[string]any {
 		"configure-notifications":   c.ConfigureNotifications,
 		"dial-timeout":              c.DialTimeout.String(),
 		"shutdown-timeout":          c.ShutdownTimeout.String(),
+		"commandstats-interval":     c.CommandstatsInterval.String(),
 		"client-query-buffer-limit": c.ClientQueryBufferLimit,
 		"maxclients":                c.MaxClients,
 		"max-client-memory":         c.MaxClientMemory,

@@ -129,13 +129,14 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 	}
 	var srv *proxy.Server
 	sub := keyspace.New(keyspace.Config{
-		AuthChanged: func() { srv.AuthRulesChanged() },
-		Addr:        cfg.Upstream,
-		Username:    cfg.UpstreamUser,
-		Password:    cfg.UpstreamPassword,
-		Configure:   cfg.ConfigureNotifications,
-		DialTimeout: cfg.DialTimeout,
-		Logger:      log.Named("keyspace"),
+		AuthChanged:      func() { srv.AuthRulesChanged() },
+		Addr:             cfg.Upstream,
+		Username:         cfg.UpstreamUser,
+		Password:         cfg.UpstreamPassword,
+		Configure:        cfg.ConfigureNotifications,
+		DialTimeout:      cfg.DialTimeout,
+		CountersInterval: cfg.CommandstatsInterval,
+		Logger:           log.Named("keyspace"),
 	}, cache)
 	srv, err = proxy.New(proxy.Config{
 		Listen:           cfg.Listen,

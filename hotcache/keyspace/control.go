@@ -31,8 +31,9 @@ var authWatched = map[string]bool{"config|set": true, "config|resetstat": true,
 // totalCommands is the INFO stats field a CONFIG RESETSTAT lowers.
 const totalCommands = "total_commands_processed"
 
-// control runs beside the receive loop of one subscription: every interval
-// it checks Redis (checkRedis), pings the flush-watch connection and the
+// control runs beside the receive loop of one subscription: every
+// CountersInterval it reads the command counters (checkCounters); every
+// interval it checks Redis (checkRedis), pings the flush-watch connection and the
 // subscription (so a dead one is noticed, and Redis's timeout never closes
 // them); on a fence request it checks the command counters (and the
 // notification classes if asked) and then sends the PING whose PONG
@@ -45,6 +46,8 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 	}
 	tick := time.NewTicker(s.interval())
 	defer tick.Stop()
+	counters := time.NewTicker(s.cfg.CountersInterval)
+	defer counters.Stop()
 	var sent uint64
 	for {
 		periodic := false
@@ -52,6 +55,11 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 		case <-ctx.Done():
 			return
 		case <-s.kick:
+		case <-counters.C:
+			if err := s.checkCounters(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
 		case <-tick.C:
 			periodic = true
 		}
