@@ -51,6 +51,35 @@ func TestRequirePass(t *testing.T) {
 	}
 }
 
+// TestDefaultUserOff: with Redis's default user off, a fresh connection is
+// unauthenticated even without requirepass; a cached value reaches it only
+// after AUTH as a user that may read it, and never again after RESET.
+func TestDefaultUserOff(t *testing.T) {
+	args := []string{"--user", "admin", "on", ">apw", "~*", "&*", "+@all", "--user", "default", "off"}
+	p := newPair(t, args, cicadatest.Options{Username: "admin", Password: "apw"})
+	for _, srv := range []string{p.Direct.Addr, p.Behind.Addr} {
+		rc := redis.NewClient(&redis.Options{Addr: srv, Username: "admin", Password: "apw", DisableIdentity: true})
+		mustDo(t, rc, "SET", "secret", "classified")
+		rc.Close()
+	}
+	admin := redis.NewClient(&redis.Options{Addr: p.Proxy.Addr, Username: "admin", Password: "apw", DisableIdentity: true})
+	defer admin.Close()
+	warmKey(t, p.Proxy, admin, "GET", "secret")
+	before := hits(p.Proxy)
+	got := p.Compare(t, send(cmds(
+		[]string{"GET", "secret"}, []string{"AUTH", "default", "x"}, []string{"GET", "secret"},
+		[]string{"HELLO", "3", "AUTH", "default", "x"}, []string{"GET", "secret"},
+		[]string{"AUTH", "admin", "apw"}, []string{"GET", "secret"}, []string{"GET", "secret"},
+		[]string{"RESET"}, []string{"GET", "secret"},
+	)))
+	if n := strings.Count(string(got), "classified"); n != 2 {
+		t.Errorf("the value reached the connection %d times, want 2 (the reads after AUTH admin)", n)
+	}
+	if hits(p.Proxy) == before {
+		t.Error("the reads after AUTH admin were not answered from the cache")
+	}
+}
+
 // TestACLKeyPatterns: a user whose key patterns exclude a cached key gets
 // Redis's -NOPERM, not the value; a user allowed to read it gets hits.
 func TestACLKeyPatterns(t *testing.T) {
