@@ -5,11 +5,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: help build run test conformance deps fmt clean
+.PHONY: help build image run test conformance deps fmt clean
 .DEFAULT_GOAL := build
 
 help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
+	@echo "make image   docker build the container image cicada:$(VERSION) (needs a Docker engine)"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
@@ -18,6 +19,10 @@ help:
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/cicada ./cmd/cicada
+
+# The image's version comes from here: .git is not in the build context.
+image:
+	docker build --build-arg VERSION=$(VERSION) -t cicada:$(VERSION) .
 
 # UPSTREAM and ARGS given to make (or set in the environment) reach the script.
 run:
