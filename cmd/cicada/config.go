@@ -39,10 +39,12 @@ import (
 var version = "dev"
 
 // Sentinel results of Load that are not failures: main prints the usage
-// (printUsage) or the version and exits 0.
+// (printUsage), the version, or the checked settings and exits 0.
 var (
 	ErrHelp    = errors.New("help requested")
 	ErrVersion = errors.New("version requested")
+	// ErrChecked comes with a valid Config for --check-config.
+	ErrChecked = errors.New("configuration checked")
 )
 
 const (
@@ -178,8 +180,9 @@ func isSetting(key string) bool {
 // environ (as from os.Environ), reads the --config file and the password
 // file if given, and validates the result. It reads no other global state.
 //
-// It returns ErrHelp for -h/--help and ErrVersion for --version; every other
-// error is one line naming the setting, flag or file at fault.
+// It returns ErrHelp for -h/--help, ErrVersion for --version, and the
+// Config with ErrChecked for --check-config when the settings are valid;
+// every other error is one line naming the setting, flag or file at fault.
 func Load(args []string, environ []string) (*Config, error) {
 	fs := newFlagSet()
 	if err := fs.Parse(args); err != nil {
@@ -222,7 +225,7 @@ func Load(args []string, environ []string) (*Config, error) {
 	}
 	flagLayer := posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
 		if !isSetting(f.Name) {
-			return "", nil // --config, --help, --version
+			return "", nil // --config, --check-config, --help, --version
 		}
 		return f.Name, posflag.FlagVal(fs, f)
 	})
@@ -250,6 +253,9 @@ func Load(args []string, environ []string) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if check, _ := fs.GetBool("check-config"); check {
+		return c, ErrChecked
 	}
 	return c, nil
 }
@@ -283,6 +289,7 @@ func newFlagSet() *pflag.FlagSet {
 			panic(fmt.Sprintf("setting %s: unsupported default type %T", s.key, d))
 		}
 	}
+	fs.Bool("check-config", false, "check the settings, print them (password redacted) and exit: 0 if valid, 2 if not")
 	fs.Bool("version", false, "print the version and exit")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	return fs

@@ -475,3 +475,17 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Errorf("bad setting: exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// TestCheckConfig: --check-config prints the settings it would run with,
+// the password redacted, and exits 0; a bad setting exits 2 as a run would.
+func TestCheckConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"--check-config", "--loops", "3"}, []string{"CICADA_UPSTREAM_PASSWORD=s3cret"}, &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), " loops=3 ") || !strings.Contains(out.String(), " upstream-password=*** ") || strings.Contains(out.String(), "s3cret") {
+		t.Errorf("exit %d, output %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--check-config", "--loops", "-1"}, nil, &out, &errOut); code != 2 || out.Len() != 0 {
+		t.Errorf("bad setting: exit %d, output %q", code, out.String())
+	}
+}

@@ -4,8 +4,9 @@
 // It wires the packages together: configuration (config.go), the hot cache
 // (hotcache), the hot-key detector (detector), the keyspace-notification
 // subscriber (hotcache/keyspace), the RESP proxy (proxy) and the admin HTTP
-// listener. Exit codes: 0 after a clean shutdown, --help or --version; 1 for
-// a runtime failure (a listener that cannot bind); 2 for a bad setting.
+// listener. Exit codes: 0 after a clean shutdown, --help, --version or a
+// passed --check-config; 1 for a runtime failure (a listener that cannot
+// bind); 2 for a bad setting.
 package main
 
 import (
@@ -47,6 +48,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return 0
 	case errors.Is(err, ErrVersion):
 		fmt.Fprintln(stdout, "cicada", version)
+		return 0
+	case errors.Is(err, ErrChecked):
+		fmt.Fprintln(stdout, cfg)
 		return 0
 	case err != nil:
 		fmt.Fprintln(stderr, "cicada:", err)
