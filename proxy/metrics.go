@@ -45,6 +45,8 @@ var (
 		"Keyspace notifications received.", nil, nil)
 	descSubConnects = prometheus.NewDesc("cicada_keyspace_subscriptions_total",
 		"Times the keyspace-notification subscription was established.", nil, nil)
+	descUpstreamLatency = prometheus.NewDesc("cicada_upstream_request_duration_seconds",
+		"Time from Cicada forwarding a request to Redis's reply reaching it, for one request per round trip per connection (the first of a pipeline).", nil, nil)
 	descFlushes = prometheus.NewDesc("cicada_redis_flushes_total",
 		"FLUSHALL/FLUSHDB executed by Redis (from any client), each emptying the cache.", nil, nil)
 )
@@ -60,7 +62,7 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descClosed, descInflight,
-		descUpErrors, descSubUp, descEvents, descSubConnects, descFlushes} {
+		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes} {
 		ch <- d
 	}
 }
@@ -105,6 +107,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descInflight, float64(inflight))
 	counter(descUpErrors, srv.upstreamErrors.Load())
+	collectLatency(ch, srv.loopList())
 	gauge(descSubUp, b2f(srv.fencer.Ready()))
 	counter(descEvents, srv.fencer.Events())
 	counter(descSubConnects, srv.fencer.Reconnects())

@@ -178,6 +178,7 @@ type loopStats struct {
 	fills      atomic.Uint64 // fills kept
 	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
 	inflight   atomic.Int64  // requests awaiting a reply
+	upstream   latencyHist   // forwarded request to its reply, one per round trip per connection
 	_          [64]byte
 }
 

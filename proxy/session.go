@@ -159,6 +159,11 @@ type session struct {
 	softSince    int64 // clock+1 when unread replies reached the soft limit, 0 if below
 	held         int64 // bytes held for the client at its last charge
 	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
+
+	// Upstream latency (latency.go): the request being timed is the
+	// timedLeft-th slot from the head; 0 when none is.
+	timedLeft int
+	timedAt   time.Time
 }
 
 // queue appends a slot; every queued slot counts in the loop's in-flight
@@ -166,11 +171,13 @@ type session struct {
 func (s *session) queue(sl slot) {
 	s.slots.push(sl)
 	s.loop.stats.inflight.Add(1)
+	s.timeRequest()
 }
 
 // dequeue removes the head slot.
 func (s *session) dequeue() slot {
 	s.loop.stats.inflight.Add(-1)
+	s.replyArrived()
 	return s.slots.pop()
 }
 

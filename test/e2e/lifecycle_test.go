@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ func TestAdminEndpoints(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// SET, GETs and fills went to Redis: their round trips were timed.
+	if m := regexp.MustCompile(`(?m)^cicada_upstream_request_duration_seconds_count (\d+)$`).FindStringSubmatch(metrics); m == nil || m[1] == "0" {
+		t.Errorf("/metrics has no upstream latency observations: %v", m)
 	}
 	// The value appears on no page; pprof's pages show stacks, sizes and
 	// counts, never memory contents.
