@@ -28,16 +28,22 @@ image:
 run:
 	UPSTREAM="$$UPSTREAM" ARGS="$$ARGS" deploy/local/run.sh
 
-# deps installs what the tests need: redis-server, and gcc for -race. apt-get
-# update runs only if the first install fails (stale or missing lists).
+# deps installs what the tests need: redis-server and redis-tools, gcc for
+# -race, python3-redis and Node.js for the client tests, and the npm
+# packages pinned in test/clients/node/package-lock.json. apt-get update
+# runs only if the first install fails (stale or missing lists).
 deps:
 	@pkgs=""; \
 	command -v redis-server >/dev/null || pkgs="$$pkgs redis-server"; \
+	command -v redis-benchmark >/dev/null || pkgs="$$pkgs redis-tools"; \
 	command -v gcc >/dev/null || pkgs="$$pkgs gcc libc6-dev"; \
+	/usr/bin/python3 -c 'import redis' 2>/dev/null || pkgs="$$pkgs python3-redis"; \
+	command -v npm >/dev/null || pkgs="$$pkgs nodejs npm"; \
 	if [ -n "$$pkgs" ]; then \
 		echo "installing$$pkgs"; \
 		$(APT_INSTALL) $$pkgs || { $(SUDO) apt-get update -q && $(APT_INSTALL) $$pkgs; }; \
 	fi
+	@cd test/clients/node && { npm ls --silent >/dev/null 2>&1 || npm ci --no-audit --no-fund --silent; }
 
 test: deps
 	go vet ./...
