@@ -79,12 +79,13 @@ const (
 	ReasonCold                       // the key is no longer hot
 	ReasonCapacity                   // room was needed (entries or bytes)
 	ReasonFlush                      // FLUSHALL/FLUSHDB/SWAPDB or a lost subscription
+	ReasonConfig                     // a live configuration change (SetLimits, SetDenied, SetEnabled)
 	numReasons
 )
 
 // String returns the metrics label of r.
 func (r Reason) String() string {
-	return [...]string{"write", "notification", "expired", "cold", "capacity", "flush"}[r]
+	return [...]string{"write", "notification", "expired", "cold", "capacity", "flush", "config"}[r]
 }
 
 // reply is one cached reply. Immutable once published.
@@ -140,36 +141,50 @@ type Ticket struct {
 // Cache is the hot-reply table. Safe for concurrent use: reads from any
 // number of event loops are lock-free; writers serialize on mu.
 type Cache struct {
-	slots     []atomic.Pointer[entry]
-	mask      uint64
+	table     atomic.Pointer[slotTable] // replaced under mu, after a flush, when the capacity changes its size
 	stripes   []stripe
 	smask     uint64
 	suspended atomic.Int64  // > 0: no hits, no fills
 	epoch     atomic.Uint64 // bumped by Suspend, Resume and Flush
 	now       func() int64
-	capacity  int
-	maxBytes  int64
-	maxValue  int
+	maxValue  atomic.Int64                      // bytes; read by Fill before it locks
+	denied    atomic.Pointer[func([]byte) bool] // keys never cached; nil: none
 
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
 
-	mu      sync.Mutex // guards the following
-	replies int        // cached replies
-	bytes   int64      // accounted bytes
-	oldest  *record
-	newest  *record
+	mu       sync.Mutex // guards the following
+	replies  int        // cached replies
+	bytes    int64      // accounted bytes
+	oldest   *record
+	newest   *record
+	capacity int   // replies
+	maxBytes int64 // bytes
+	disabled bool  // SetEnabled(false) holds a Suspend
+}
+
+// slotTable is the open-addressing table of published entries: an entry
+// of hash h lives in one of the probe slots from h&mask. Read lock-free;
+// its slots change under mu.
+type slotTable struct {
+	slots []atomic.Pointer[entry]
+	mask  uint64
+}
+
+// newSlotTable sizes a table for capacity replies: the power of two at
+// least twice as large (at least 2*probe slots).
+func newSlotTable(capacity int) *slotTable {
+	size := 1 << bits.Len(uint(2*capacity-1))
+	if size < 2*probe {
+		size = 2 * probe
+	}
+	return &slotTable{slots: make([]atomic.Pointer[entry], size), mask: uint64(size - 1)}
 }
 
 // New returns an empty cache, or an error naming the bad Config field.
 func New(cfg Config) (*Cache, error) {
-	switch {
-	case cfg.Capacity < 1:
-		return nil, ErrCapacity
-	case cfg.MaxBytes < 1:
-		return nil, ErrMaxBytes
-	case cfg.MaxValue < 0:
-		return nil, ErrMaxValue
+	if err := checkLimits(cfg.Capacity, cfg.MaxBytes, cfg.MaxValue); err != nil {
+		return nil, err
 	}
 	if cfg.Stripes == 0 {
 		cfg.Stripes = DefaultStripes
@@ -177,20 +192,15 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Stripes < 1 || cfg.Stripes&(cfg.Stripes-1) != 0 {
 		return nil, ErrStripes
 	}
-	size := 1 << bits.Len(uint(2*cfg.Capacity-1))
-	if size < 2*probe {
-		size = 2 * probe
-	}
 	c := &Cache{
-		slots:    make([]atomic.Pointer[entry], size),
-		mask:     uint64(size - 1),
 		stripes:  make([]stripe, cfg.Stripes),
 		smask:    uint64(cfg.Stripes - 1),
 		now:      cfg.Now,
 		capacity: cfg.Capacity,
 		maxBytes: cfg.MaxBytes,
-		maxValue: cfg.MaxValue,
 	}
+	c.table.Store(newSlotTable(cfg.Capacity))
+	c.maxValue.Store(int64(cfg.MaxValue))
 	if c.now == nil {
 		base := time.Now()
 		c.now = func() int64 { return int64(time.Since(base)) }
@@ -280,8 +290,9 @@ func nullReply(proto int) []byte {
 
 // find returns the published entry of key in db, or nil. Lock-free.
 func (c *Cache) find(db int, h uint64, key []byte) *entry {
+	t := c.table.Load()
 	for i := uint64(0); i < probe; i++ {
-		e := c.slots[(h+i)&c.mask].Load()
+		e := t.slots[(h+i)&t.mask].Load()
 		if e != nil && e.hash == h && e.db == int32(db) && e.key == string(key) {
 			return e
 		}
@@ -310,9 +321,7 @@ func (c *Cache) Flush() {
 	c.epoch.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for r := c.oldest; r != nil; r = c.oldest {
-		c.removeLocked(r, ReasonFlush)
-	}
+	c.removeAllLocked(ReasonFlush)
 }
 
 // BeginWrite must be called before a write to key in db is sent to Redis.
@@ -352,7 +361,7 @@ func (c *Cache) Invalidate(db int, h uint64, key []byte, why Reason) {
 func (c *Cache) evictEntry(e *entry, why Reason) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := e.rec; r.e != nil && c.slots[r.slot].Load() == r.e {
+	if r := e.rec; r.e != nil && c.slotLocked(r.slot).Load() == r.e {
 		c.removeLocked(r, why)
 	}
 }
@@ -403,7 +412,10 @@ type FillRequest struct {
 // Fill caches a reply if t is still valid, the value is small enough and
 // has not expired. It reports whether the reply was kept.
 func (c *Cache) Fill(t Ticket, f FillRequest) bool {
-	if f.ValueLen > c.maxValue || (f.ExpireAt != 0 && c.now() >= f.ExpireAt) {
+	if int64(f.ValueLen) > c.maxValue.Load() || (f.ExpireAt != 0 && c.now() >= f.ExpireAt) {
+		return false
+	}
+	if deny := c.denied.Load(); deny != nil && (*deny)(f.Key) {
 		return false
 	}
 	c.mu.Lock()
@@ -455,7 +467,7 @@ func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isF
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slots[e.rec.slot].Load() != e || c.epoch.Load() != epoch {
+	if c.slotLocked(e.rec.slot).Load() != e || c.epoch.Load() != epoch {
 		return // replaced or flushed meanwhile; a later read proves it again
 	}
 	old := e.get

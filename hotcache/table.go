@@ -37,7 +37,7 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	rec.replies, rec.bytes = replies, size
 	n.rec = rec
 	rec.e = &n
-	c.slots[rec.slot].Store(&n)
+	c.slotLocked(rec.slot).Store(&n)
 	for c.replies > c.capacity || c.bytes > c.maxBytes {
 		victim := c.oldest
 		if victim == rec {
@@ -56,8 +56,8 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 func (c *Cache) freeSlotLocked(h uint64) int {
 	var oldest *record
 	for i := uint64(0); i < probe; i++ {
-		s := int((h + i) & c.mask)
-		e := c.slots[s].Load()
+		s := int((h + i) & c.table.Load().mask)
+		e := c.slotLocked(s).Load()
 		if e == nil {
 			return s
 		}
@@ -95,7 +95,7 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	if r.e == nil {
 		return
 	}
-	c.slots[r.slot].CompareAndSwap(r.e, nil)
+	c.slotLocked(r.slot).CompareAndSwap(r.e, nil)
 	c.evicted[why].Add(uint64(r.replies))
 	c.replies -= r.replies
 	c.bytes -= r.bytes
@@ -133,8 +133,9 @@ func measure(e *entry) (replies int, size int64) {
 // takes the writer lock only to change something.
 func (c *Cache) Sweep(isCold func(h uint64) bool) {
 	now := c.now()
-	for i := range c.slots {
-		e := c.slots[i].Load()
+	t := c.table.Load()
+	for i := range t.slots {
+		e := t.slots[i].Load()
 		if e == nil {
 			continue
 		}
@@ -161,7 +162,7 @@ func (c *Cache) Sweep(isCold func(h uint64) bool) {
 func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slots[e.rec.slot].Load() != e {
+	if c.slotLocked(e.rec.slot).Load() != e {
 		return
 	}
 	keepGet := e.get != nil && !dropGet
@@ -210,5 +211,5 @@ func (c *Cache) Stats() Stats {
 
 // Reasons lists every Reason, for exporting Stats.Evicted.
 func Reasons() []Reason {
-	return []Reason{ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity, ReasonFlush}
+	return []Reason{ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity, ReasonFlush, ReasonConfig}
 }

@@ -89,13 +89,17 @@ func (s *session) startFrame(first byte) {
 	}
 }
 
+// captureSlack is what a reply adds to its value: a bulk string's header
+// and CRLF.
+const captureSlack = 32
+
 // captureBytes keeps a copy of a fill reply, up to the largest cacheable
-// size.
+// size (the cache's, which live configuration can change).
 func (s *session) captureBytes(b []byte) {
 	if s.overflow {
 		return
 	}
-	if len(s.capture)+len(b) > s.srv.maxCapture {
+	if len(s.capture)+len(b) > s.srv.cache.MaxValue()+captureSlack {
 		s.overflow = true
 		return
 	}

@@ -89,9 +89,6 @@ type Config struct {
 	// maxmemory-clients bounds client memory. Over it, the event loop that
 	// sees it closes its clients holding the most. 0 means no bound.
 	MaxClientMemory int64
-	// MaxValue is the cache's largest value in bytes (to size the fill
-	// capture).
-	MaxValue int
 	// SweepInterval is how often cold and expired replies are dropped;
 	// 0 means 250 ms.
 	SweepInterval time.Duration
@@ -104,14 +101,13 @@ type Config struct {
 type Server struct {
 	gnet.BuiltinEventEngine
 
-	cfg        Config
-	cache      *hotcache.Cache
-	det        *detector.Detector
-	fencer     Notifications
-	ids        *identities
-	log        *zap.Logger
-	dialer     net.Dialer
-	maxCapture int
+	cfg    Config
+	cache  *hotcache.Cache
+	det    *detector.Detector
+	fencer Notifications
+	ids    *identities
+	log    *zap.Logger
+	dialer net.Dialer
 
 	started  atomic.Bool
 	draining atomic.Bool
@@ -208,17 +204,16 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		cfg.Logger = zap.NewNop()
 	}
 	return &Server{
-		cfg:        cfg,
-		cache:      cache,
-		det:        det,
-		fencer:     fencer,
-		ids:        newIdentities(),
-		log:        cfg.Logger,
-		dialer:     net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
-		maxCapture: cfg.MaxValue + 32,
-		booted:     make(chan struct{}),
-		start:      time.Now(),
-		loops:      map[gnet.EventLoop]*loopState{},
+		cfg:    cfg,
+		cache:  cache,
+		det:    det,
+		fencer: fencer,
+		ids:    newIdentities(),
+		log:    cfg.Logger,
+		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
+		booted: make(chan struct{}),
+		start:  time.Now(),
+		loops:  map[gnet.EventLoop]*loopState{},
 	}, nil
 }
 

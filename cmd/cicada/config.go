@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gobwas/glob"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
@@ -80,6 +81,14 @@ type Config struct {
 	// CacheMaxBytes is the most bytes the cache holds. Default 67108864
 	// (64 MiB); must be >= 1 unless the cache is disabled.
 	CacheMaxBytes int64 `koanf:"cache-max-bytes"`
+	// CacheEnabled turns caching on or off (off: every request is
+	// forwarded). Default true. Live: changes without a restart.
+	CacheEnabled bool `koanf:"cache-enabled"`
+	// CacheDeny are glob patterns (gobwas/glob syntax: * ? [abc] [!abc]
+	// {a,b}; * matches any characters) of keys never cached, in any db.
+	// From YAML a list, from the environment or the flag a comma-separated
+	// string. Default none. Live.
+	CacheDeny []string `koanf:"cache-deny"`
 	// UpstreamUser is the ACL user of Cicada's own control and notification
 	// connections; "" (the default) means Redis's default user.
 	UpstreamUser string `koanf:"upstream-user"`
@@ -137,7 +146,7 @@ type byteSize int64
 // setting is one configuration key, its default and its flag.
 type setting struct {
 	key    string
-	def    any // string, bool, int, uint32, byteSize or time.Duration
+	def    any // string, bool, int, uint32, byteSize, time.Duration or []string
 	usage  string
 	noFlag bool // secrets: only from the file or the environment
 }
@@ -153,6 +162,8 @@ var settings = []setting{
 	{key: "cache-max-value", def: byteSize(64 << 10), usage: "replies with a larger value are not cached; 0 disables the cache"},
 	{key: "cache-capacity", def: 10000, usage: "maximum number of cached replies"},
 	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
+	{key: "cache-enabled", def: true, usage: "cache hot keys; false forwards every request (live)"},
+	{key: "cache-deny", def: []string{}, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*' (live)"},
 	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
 	{key: "upstream-password", def: "", noFlag: true},
 	{key: "upstream-password-file", def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
@@ -283,6 +294,8 @@ func newFlagSet() *pflag.FlagSet {
 			fs.Uint32(s.key, d, s.usage)
 		case time.Duration:
 			fs.Duration(s.key, d, s.usage)
+		case []string:
+			fs.StringSlice(s.key, d, s.usage)
 		case byteSize:
 			fs.Var(&sizeFlag{s: formatSize(int64(d))}, s.key, s.usage)
 		default:
@@ -392,6 +405,8 @@ func decode(k *koanf.Koanf) (*Config, error) {
 		CacheMaxValue:          int(d.size("cache-max-value")),
 		CacheCapacity:          int(d.integer("cache-capacity", math.MinInt, math.MaxInt)),
 		CacheMaxBytes:          d.size("cache-max-bytes"),
+		CacheEnabled:           d.boolean("cache-enabled"),
+		CacheDeny:              d.patterns("cache-deny"),
 		UpstreamUser:           d.str("upstream-user"),
 		UpstreamPassword:       d.str("upstream-password"),
 		UpstreamPasswordFile:   d.str("upstream-password-file"),
@@ -445,6 +460,43 @@ func (d *decoder) boolean(key string) bool {
 		d.fail(key, "must be true or false, got %s", kindOf(v))
 		return false
 	}
+}
+
+// patterns accepts a list of strings, or one string of comma-separated
+// items (from the environment or the flag); blanks are dropped. Each must
+// compile as a glob pattern.
+func (d *decoder) patterns(key string) []string {
+	var items []string
+	switch v := d.k.Get(key).(type) {
+	case []string:
+		items = v
+	case []any:
+		for _, x := range v {
+			s, ok := x.(string)
+			if !ok {
+				d.fail(key, "must be a list of strings, got a %s in it", kindOf(x))
+				return nil
+			}
+			items = append(items, s)
+		}
+	case string:
+		items = strings.Split(v, ",")
+	default:
+		d.fail(key, "must be a list of patterns, got %s", kindOf(v))
+		return nil
+	}
+	out := []string{}
+	for _, p := range items {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, err := glob.Compile(p); err != nil {
+			d.fail(key, "bad pattern %q: %v", p, err)
+			return nil
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // integer accepts whole numbers in [lo, hi] (decimal in strings).
@@ -666,6 +718,8 @@ func (c *Config) Redacted() map[string]any {
 		"cache-max-value":           c.CacheMaxValue,
 		"cache-capacity":            c.CacheCapacity,
 		"cache-max-bytes":           c.CacheMaxBytes,
+		"cache-enabled":             c.CacheEnabled,
+		"cache-deny":                strings.Join(c.CacheDeny, ","),
 		"upstream-user":             c.UpstreamUser,
 		"upstream-password":         password,
 		"upstream-password-file":    c.UpstreamPasswordFile,

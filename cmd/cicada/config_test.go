@@ -46,6 +46,8 @@ func TestDefaults(t *testing.T) {
 		CacheMaxValue:          65536,
 		CacheCapacity:          10000,
 		CacheMaxBytes:          64 << 20,
+		CacheEnabled:           true,
+		CacheDeny:              []string{},
 		ConfigureNotifications: true,
 		DialTimeout:            2 * time.Second,
 		ShutdownTimeout:        10 * time.Second,

@@ -56,7 +56,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "cicada:", err)
 		return 2
 	}
-	log, err := newLogger(cfg, stderr)
+	level := zap.NewAtomicLevel()
+	log, err := newLogger(cfg, stderr, level)
 	if err != nil {
 		fmt.Fprintln(stderr, "cicada:", err)
 		return 2
@@ -64,7 +65,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	defer func() { _ = log.Sync() }()
 	redis.SetLogger(redisLogger{log.Sugar().Named("go-redis")})
 	reserveP(cfg.Loops)
-	if err := serve(ctx, cfg, log); err != nil {
+	if err := serve(ctx, cfg, log, newLiveFunc(args, environ, level)); err != nil {
 		log.Error("cicada stopped", zap.Error(err))
 		return 1
 	}
@@ -111,9 +112,17 @@ func fitMaxClients(want int, log *zap.Logger) int {
 	return int(fit)
 }
 
+// newLiveFunc returns what serve calls to make the holder of the live
+// settings once the cache and detector exist.
+func newLiveFunc(args, environ []string, level zap.AtomicLevel) func(*Config, *hotcache.Cache, *detector.Detector, *zap.Logger) *live {
+	return func(cfg *Config, cache *hotcache.Cache, det *detector.Detector, log *zap.Logger) *live {
+		return newLive(cfg, args, environ, cache, det, level, log)
+	}
+}
+
 // serve builds the components, runs them, and shuts them down when ctx is
-// done.
-func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
+// done. mkLive makes the holder of the live settings (live.go).
+func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Config, *hotcache.Cache, *detector.Detector, *zap.Logger) *live) error {
 	log.Info("starting cicada", zap.String("version", version), zap.Any("config", cfg.Redacted()))
 	cache, err := hotcache.New(hotcache.Config{
 		Capacity: cfg.CacheCapacity,
@@ -123,13 +132,13 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	if cfg.CacheMaxValue == 0 {
-		cache.Suspend() // cache disabled: a plain transparent proxy
-		log.Info("cache disabled (cache-max-value 0)")
-	}
 	det, err := detector.New(detector.Config{Threshold: cfg.HotThreshold, Loops: cfg.Loops}, time.Now())
 	if err != nil {
 		return err
+	}
+	settings := mkLive(cfg, cache, det, log)
+	if !cache.Enabled() {
+		log.Info("cache disabled (cache-enabled false or cache-max-value 0): every request is forwarded")
 	}
 	var srv *proxy.Server
 	sub := keyspace.New(keyspace.Config{
@@ -150,7 +159,6 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 		QueryBufferLimit: cfg.ClientQueryBufferLimit,
 		MaxClients:       fitMaxClients(cfg.MaxClients, log),
 		MaxClientMemory:  cfg.MaxClientMemory,
-		MaxValue:         cfg.CacheMaxValue,
 		Logger:           log.Named("proxy"),
 	}, cache, det, sub)
 	if err != nil {
@@ -161,13 +169,27 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/config", settings)
+	mux.Handle("/", srv.AdminHandler())
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener stopped", zap.Error(err))
 		}
 	}()
 	log.Info("admin listening", zap.String("addr", adminLn.Addr().String()))
+
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	if path, err := configPath(settings.args, settings.environ); err == nil {
+		go func() {
+			defer close(watchDone)
+			settings.watch(path, stopWatch)
+		}()
+	} else {
+		close(watchDone)
+	}
 
 	subCtx, stopSub := context.WithCancel(context.Background())
 	subDone := make(chan struct{})
@@ -195,16 +217,20 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 	cancel()
 	stopSub()
 	<-subDone
+	close(stopWatch)
+	<-watchDone
 	log.Info("stopped")
 	return err2
 }
 
-// newLogger builds the zap logger the configuration asks for.
-func newLogger(cfg *Config, w io.Writer) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(cfg.LogLevel)
+// newLogger builds the zap logger the configuration asks for, its level
+// set through level (which live configuration changes).
+func newLogger(cfg *Config, w io.Writer, level zap.AtomicLevel) (*zap.Logger, error) {
+	lvl, err := zapLevel(cfg.LogLevel)
 	if err != nil {
 		return nil, fmt.Errorf("log-level: %w", err)
 	}
+	level.SetLevel(lvl)
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
 	encCfg.EncodeDuration = zapcore.StringDurationEncoder
@@ -217,6 +243,9 @@ func newLogger(cfg *Config, w io.Writer) (*zap.Logger, error) {
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
 }
+
+// zapLevel parses a log-level setting.
+func zapLevel(s string) (zapcore.Level, error) { return zapcore.ParseLevel(s) }
 
 // redisLogger routes go-redis's internal messages to zap at debug level:
 // it repeats every retry, while the keyspace subscriber logs each state

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gobwas/glob"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"go.uber.org/zap"
+
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+)
+
+// liveKeys are the settings that change without a restart, through an
+// edit of the --config file or POST /config on the admin listener.
+var liveKeys = []string{"hot-threshold", "cache-capacity", "cache-max-bytes", "cache-max-value", "cache-enabled", "cache-deny", "log-level"}
+
+// fileDebounce is how long a file edit must be quiet before it is read:
+// one save can fire several events, the first on a half-written file.
+const fileDebounce = 200 * time.Millisecond
+
+// live holds the settings in force and applies changes of liveKeys to the
+// running components. Its methods are safe from any goroutine (the file
+// watcher's, the admin HTTP handlers'); mu serializes them.
+type live struct {
+	args, environ []string // as given at start, to load the layers again
+	cache         *hotcache.Cache
+	det           *detector.Detector
+	level         zap.AtomicLevel
+	log           *zap.Logger
+
+	mu       sync.Mutex // guards the following
+	cur      *Config    // the settings in force
+	fromFile *Config    // the last load of all layers: a file edit is what differs from it
+	watcher  *file.File
+	debounce *time.Timer
+}
+
+// newLive applies cfg's live settings to the components (the cache's
+// limits, enablement and deny-list; the detector's threshold is cfg's
+// already) and returns the holder of the settings in force.
+func newLive(cfg *Config, args, environ []string, cache *hotcache.Cache, det *detector.Detector, level zap.AtomicLevel, log *zap.Logger) *live {
+	l := &live{args: args, environ: environ, cache: cache, det: det, level: level, log: log, cur: cfg, fromFile: cfg}
+	l.applyCache(cfg)
+	return l
+}
+
+// applyCache brings the cache in line with c: on only when cache-enabled
+// and cache-max-value > 0, then limits and deny-list.
+func (l *live) applyCache(c *Config) {
+	on := c.CacheEnabled && c.CacheMaxValue > 0
+	if on {
+		// Validate guarantees capacity and bytes >= 1 when max value > 0.
+		_ = l.cache.SetLimits(c.CacheCapacity, c.CacheMaxBytes, c.CacheMaxValue)
+	}
+	l.cache.SetDenied(denyMatcher(c.CacheDeny))
+	l.cache.SetEnabled(on)
+}
+
+// denyMatcher compiles patterns (checked by the decoder) into a key
+// matcher; nil for none.
+func denyMatcher(patterns []string) func([]byte) bool {
+	if len(patterns) == 0 {
+		return nil
+	}
+	globs := make([]glob.Glob, 0, len(patterns))
+	for _, p := range patterns {
+		if g, err := glob.Compile(p); err == nil {
+			globs = append(globs, g)
+		}
+	}
+	return func(key []byte) bool {
+		k := string(key)
+		for _, g := range globs {
+			if g.Match(k) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// changeLocked applies next's live settings, logs each change with its
+// source, and makes them the settings in force. next has been validated.
+func (l *live) changeLocked(next *Config, source string) []string {
+	before, after := l.cur.Redacted(), next.Redacted()
+	var changed []string
+	for _, k := range liveKeys {
+		if fmt.Sprint(before[k]) != fmt.Sprint(after[k]) {
+			changed = append(changed, k)
+			l.log.Info("configuration changed", zap.String("setting", k), zap.Any("from", before[k]),
+				zap.Any("to", after[k]), zap.String("source", source))
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	n := *l.cur
+	n.HotThreshold, n.CacheCapacity, n.CacheMaxBytes, n.CacheMaxValue = next.HotThreshold, next.CacheCapacity, next.CacheMaxBytes, next.CacheMaxValue
+	n.CacheEnabled, n.CacheDeny, n.LogLevel = next.CacheEnabled, slices.Clone(next.CacheDeny), next.LogLevel
+	l.det.SetThreshold(n.HotThreshold)
+	l.applyCache(&n)
+	if lvl, err := zapLevel(n.LogLevel); err == nil {
+		l.level.SetLevel(lvl)
+	}
+	l.cur = &n
+	return changed
+}
+
+// reloadFile loads every layer again (the file re-read) and applies the
+// live settings the file changed since the last load; other settings it
+// changed are logged as waiting for a restart. A file that does not load
+// or validate changes nothing.
+func (l *live) reloadFile() {
+	next, err := Load(l.args, l.environ)
+	if err != nil {
+		l.log.Error("configuration file rejected; the settings in force are kept", zap.Error(err))
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	before, after := l.fromFile.Redacted(), next.Redacted()
+	edited := *l.cur
+	for k := range after {
+		if fmt.Sprint(before[k]) == fmt.Sprint(after[k]) {
+			continue
+		}
+		if !slices.Contains(liveKeys, k) {
+			l.log.Warn("setting changed in the configuration file takes effect at restart", zap.String("setting", k))
+			continue
+		}
+		setLive(&edited, next, k)
+	}
+	l.fromFile = next
+	if err := edited.Validate(); err != nil {
+		l.log.Error("configuration file rejected; the settings in force are kept", zap.Error(err))
+		return
+	}
+	l.changeLocked(&edited, "file")
+}
+
+// setLive copies live setting k from src to dst.
+func setLive(dst, src *Config, k string) {
+	switch k {
+	case "hot-threshold":
+		dst.HotThreshold = src.HotThreshold
+	case "cache-capacity":
+		dst.CacheCapacity = src.CacheCapacity
+	case "cache-max-bytes":
+		dst.CacheMaxBytes = src.CacheMaxBytes
+	case "cache-max-value":
+		dst.CacheMaxValue = src.CacheMaxValue
+	case "cache-enabled":
+		dst.CacheEnabled = src.CacheEnabled
+	case "cache-deny":
+		dst.CacheDeny = slices.Clone(src.CacheDeny)
+	case "log-level":
+		dst.LogLevel = src.LogLevel
+	}
+}
+
+// watch follows path (the --config file) until stop is closed: each edit,
+// once quiet for fileDebounce, is reloaded. The file may be replaced
+// (editors, Kubernetes ConfigMap updates swap a symlink) or removed for a
+// while: the watch is set again once it exists.
+func (l *live) watch(path string, stop <-chan struct{}) {
+	for {
+		fp := file.Provider(path)
+		lost := make(chan struct{})
+		var once sync.Once
+		if _, err := os.Stat(path); err == nil {
+			err := fp.Watch(func(_ any, err error) {
+				if err != nil {
+					l.log.Warn("configuration file watch lost; watching again once it exists", zap.Error(err))
+					once.Do(func() { close(lost) })
+					return
+				}
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				if l.debounce != nil {
+					l.debounce.Stop()
+				}
+				l.debounce = time.AfterFunc(fileDebounce, l.reloadFile)
+			})
+			if err != nil {
+				l.log.Warn("cannot watch the configuration file", zap.String("path", path), zap.Error(err))
+				once.Do(func() { close(lost) })
+			}
+		} else {
+			once.Do(func() { close(lost) })
+		}
+		select {
+		case <-stop:
+			_ = fp.Unwatch()
+			return
+		case <-lost:
+			_ = fp.Unwatch()
+		}
+		// Wait for the file to come back, then read it: it may have
+		// changed while unwatched.
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			if _, err := os.Stat(path); err == nil {
+				break
+			}
+		}
+		l.reloadFile()
+	}
+}
+
+// ServeHTTP serves /config: GET returns the settings in force as JSON
+// (the password redacted) with the list of live ones; POST takes a JSON
+// object of live settings (values as in the YAML file), validates all of
+// them and applies them together, or changes nothing and answers 400 with
+// the reason. POST is accepted only from loopback: the admin listener has
+// no authentication.
+func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		if !fromLoopback(r) {
+			http.Error(w, "POST /config is accepted only from loopback", http.StatusForbidden)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			http.Error(w, "body must be a JSON object of settings: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := l.post(m); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	l.mu.Lock()
+	settings := l.cur.Redacted()
+	l.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"settings": settings, "live": liveKeys})
+}
+
+// post applies the live settings in m, decoded as the file's are.
+func (l *live) post(m map[string]any) error {
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := *l.cur
+	d := decoder{k: k}
+	for key := range m {
+		switch key {
+		case "hot-threshold":
+			next.HotThreshold = uint32(d.integer(key, 0, math.MaxUint32))
+		case "cache-capacity":
+			next.CacheCapacity = int(d.integer(key, math.MinInt, math.MaxInt))
+		case "cache-max-bytes":
+			next.CacheMaxBytes = d.size(key)
+		case "cache-max-value":
+			next.CacheMaxValue = int(d.size(key))
+		case "cache-enabled":
+			next.CacheEnabled = d.boolean(key)
+		case "cache-deny":
+			next.CacheDeny = d.patterns(key)
+		case "log-level":
+			next.LogLevel = strings.ToLower(d.str(key))
+		default:
+			if isSetting(key) {
+				return fmt.Errorf("%s: not a live setting; it takes a restart (live: %s)", key, strings.Join(liveKeys, ", "))
+			}
+			return fmt.Errorf("%s: unknown setting", key)
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	l.changeLocked(&next, "admin")
+	return nil
+}
+
+// fromLoopback reports whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
+}
+
+var errNoConfigFile = errors.New("no --config file to watch")
+
+// configPath returns the --config file the layers were loaded from, or
+// errNoConfigFile.
+func configPath(args, environ []string) (string, error) {
+	fs := newFlagSet()
+	_ = fs.Parse(args)
+	if p, _ := fs.GetString("config"); p != "" {
+		return p, nil
+	}
+	if p := lookupEnv(environ, envPrefix+"CONFIG"); p != "" {
+		return p, nil
+	}
+	return "", errNoConfigFile
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// syncBuffer is a log sink safe for the logger's and the test's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is a Cicada started with run(), as main starts it.
+type running struct {
+	addr, admin string
+	logs        *syncBuffer
+}
+
+func startRun(t *testing.T, args ...string) *running {
+	t.Helper()
+	r := redistest.Start(t)
+	p := &running{
+		addr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		admin: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		logs:  &syncBuffer{},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	all := append([]string{"--listen", p.addr, "--admin", p.admin, "--upstream", r.Addr, "--loops", "1"}, args...)
+	go func() { done <- run(ctx, all, nil, io.Discard, p.logs) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("run exited %d\n%s", code, p.logs)
+		}
+	})
+	waitUntil(t, "ready", func() bool { code, _ := p.get(t, "/readyz"); return code == 200 })
+	return p
+}
+
+func (p *running) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.admin + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (p *running) post(t *testing.T, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+p.admin+"/config", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// setting returns one setting in force from GET /config.
+func (p *running) setting(t *testing.T, key string) string {
+	t.Helper()
+	_, body := p.get(t, "/config")
+	var c struct{ Settings map[string]any }
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		t.Fatalf("GET /config: %v: %s", err, body)
+	}
+	return fmt.Sprint(c.Settings[key])
+}
+
+// metric returns one sample of /metrics.
+func (p *running) metric(t *testing.T, sample string) float64 {
+	t.Helper()
+	_, body := p.get(t, "/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", sample)
+	return 0
+}
+
+// hits reads key through Cicada n times and returns how many Cicada
+// answered from its cache.
+func (p *running) hits(t *testing.T, rc *redis.Client, key string, n int) float64 {
+	t.Helper()
+	before := p.metric(t, "cicada_cache_hits_total")
+	for range n {
+		if err := rc.Get(context.Background(), key).Err(); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+	}
+	return p.metric(t, "cicada_cache_hits_total") - before
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestLiveConfigFile: edits of the --config file change the live settings
+// without a restart (deny-list, threshold), a file that does not validate
+// changes nothing, a changed non-live setting waits for a restart, and a
+// file removed and written again is followed.
+func TestLiveConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cicada.yaml")
+	write := func(body string) {
+		t.Helper()
+		// As editors and ConfigMaps do: a new file renamed over the old.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hot-threshold: 1\n")
+	p := startRun(t, "--config", path)
+	rc := redis.NewClient(&redis.Options{Addr: p.addr, DisableIdentity: true})
+	defer rc.Close()
+	if err := rc.Set(context.Background(), "session:1", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "session:1 cached", func() bool { return p.hits(t, rc, "session:1", 20) > 0 })
+
+	write("hot-threshold: 1\ncache-deny: [\"session:*\"]\n")
+	waitUntil(t, "the deny-list in force", func() bool { return p.setting(t, "cache-deny") == "session:*" })
+	if n := p.metric(t, `cicada_cache_evictions_total{reason="config"}`); n < 1 {
+		t.Errorf("config evictions %v, want the cached session:1", n)
+	}
+	if n := p.hits(t, rc, "session:1", 50); n != 0 {
+		t.Errorf("a denied key got %v hits", n)
+	}
+	if !strings.Contains(p.logs.String(), `"msg":"configuration changed","setting":"cache-deny","from":"","to":"session:*","source":"file"`) {
+		t.Errorf("the change was not logged:\n%s", p.logs)
+	}
+
+	write("hot-threshold: 0\ncache-deny: []\n") // invalid: nothing changes
+	waitUntil(t, "the rejection logged", func() bool {
+		return strings.Contains(p.logs.String(), `configuration file rejected; the settings in force are kept","error":"hot-threshold: must be >= 1, got 0"`)
+	})
+	if got := p.setting(t, "cache-deny"); got != "session:*" {
+		t.Errorf("a rejected file changed cache-deny to %q", got)
+	}
+
+	write("hot-threshold: 1\nmaxclients: 5\n") // deny lifted; maxclients needs a restart
+	waitUntil(t, "the deny-list lifted", func() bool { return p.setting(t, "cache-deny") == "" })
+	if p.setting(t, "maxclients") == "5" || !strings.Contains(p.logs.String(), `"setting changed in the configuration file takes effect at restart","setting":"maxclients"`) {
+		t.Error("maxclients changed live, or the restart it needs was not logged")
+	}
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	write("hot-threshold: 7\n")
+	waitUntil(t, "the recreated file followed", func() bool { return p.setting(t, "hot-threshold") == "7" })
+}
+
+// TestLiveConfigAdmin: POST /config validates every setting in the body
+// before any takes effect, refuses settings that need a restart, and
+// applies threshold, capacity and the cache switch at once.
+func TestLiveConfigAdmin(t *testing.T) {
+	p := startRun(t, "--hot-threshold", "1")
+	rc := redis.NewClient(&redis.Options{Addr: p.addr, DisableIdentity: true})
+	defer rc.Close()
+	if err := rc.Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "k cached", func() bool { return p.hits(t, rc, "k", 20) > 0 })
+
+	for body, want := range map[string]string{
+		`{"hot-threshold": 50, "cache-capacity": 0}`: "cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got 0\n",
+		`{"listen": ":1"}`:                           "listen: not a live setting; it takes a restart (live: hot-threshold, cache-capacity, cache-max-bytes, cache-max-value, cache-enabled, cache-deny, log-level)\n",
+		`{"nonsense": 1}`:                            "nonsense: unknown setting\n",
+		`{"cache-deny": ["[unclosed"]}`:              "cache-deny: bad pattern \"[unclosed\": unexpected end of input\n",
+		`[1]`:                                        "body must be a JSON object of settings: json: cannot unmarshal array into Go value of type map[string]interface {}\n",
+	} {
+		if code, got := p.post(t, body); code != 400 || got != want {
+			t.Errorf("POST %s: %d %q, want 400 %q", body, code, got, want)
+		}
+	}
+	if p.setting(t, "hot-threshold") != "1" {
+		t.Error("a rejected POST changed hot-threshold")
+	}
+
+	if code, body := p.post(t, `{"cache-enabled": false, "hot-threshold": "20", "cache-capacity": 500, "log-level": "debug"}`); code != 200 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	if p.metric(t, "cicada_cache_suspended") != 1 || p.hits(t, rc, "k", 50) != 0 {
+		t.Error("cache-enabled false: the cache still answers")
+	}
+	for k, want := range map[string]string{"hot-threshold": "20", "cache-capacity": "500", "cache-enabled": "false", "log-level": "debug"} {
+		if got := p.setting(t, k); got != want {
+			t.Errorf("%s = %s, want %s", k, got, want)
+		}
+	}
+	if code, body := p.post(t, `{"cache-enabled": true, "hot-threshold": 1}`); code != 200 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	waitUntil(t, "k cached again", func() bool { return p.hits(t, rc, "k", 20) > 0 })
+	if code, _ := p.get(t, "/config"); code != 200 {
+		t.Errorf("GET /config: %d", code)
+	}
+	if req, _ := http.NewRequest(http.MethodDelete, "http://"+p.admin+"/config", nil); req != nil {
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 405 {
+			t.Errorf("DELETE /config: %v %v, want 405", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+}
+
+// TestFromLoopback: POST /config is for loopback peers only.
+func TestFromLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:5000": true, "[::1]:5000": true, "10.1.2.3:5000": false, "[2001:db8::1]:80": false, "bad": false} {
+		if got := fromLoopback(&http.Request{RemoteAddr: addr}); got != want {
+			t.Errorf("fromLoopback(%s) = %v", addr, got)
+		}
+	}
+}
