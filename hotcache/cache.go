@@ -68,6 +68,13 @@ type Config struct {
 	Now func() int64
 }
 
+// Ident is an identity: the user Redis authenticated a connection as, as
+// numbered by the proxy (proxy/identity.go). A cached reply lists the
+// identities Redis let read it. 64 bits: identities are never reused, and
+// an attacker minting one per failed HELLO AUTH (35,000/s measured) would
+// wrap 32 bits in about 34 hours.
+type Ident uint64
+
 // Reason says why replies left the cache; used as a metrics label.
 type Reason uint8
 
@@ -90,11 +97,11 @@ func (r Reason) String() string {
 
 // reply is one cached reply. Immutable once published.
 type reply struct {
-	bytes   []byte   // the exact RESP reply; nil for a nil reply
-	readers []uint32 // identities Redis let read it
+	bytes   []byte  // the exact RESP reply; nil for a nil reply
+	readers []Ident // identities Redis let read it
 }
 
-func (r *reply) allows(ident uint32) bool {
+func (r *reply) allows(ident Ident) bool {
 	for _, id := range r.readers {
 		if id == ident {
 			return true
@@ -237,17 +244,17 @@ func (c *Cache) Now() int64 { return c.now() }
 // Get looks up the GET reply of key in db for a connection with identity
 // ident speaking protocol proto (2 or 3). On Hit the returned bytes are the
 // exact reply; they are immutable and stay valid forever.
-func (c *Cache) Get(db int, h uint64, key []byte, ident uint32, proto int) ([]byte, Status) {
+func (c *Cache) Get(db int, h uint64, key []byte, ident Ident, proto int) ([]byte, Status) {
 	return c.Lookup(db, h, key, nil, false, ident, proto)
 }
 
 // HGet is Get for HGET key field.
-func (c *Cache) HGet(db int, h uint64, key, field []byte, ident uint32, proto int) ([]byte, Status) {
+func (c *Cache) HGet(db int, h uint64, key, field []byte, ident Ident, proto int) ([]byte, Status) {
 	return c.Lookup(db, h, key, field, true, ident, proto)
 }
 
 // Lookup is Get (isField false) or HGet (isField true) in one call.
-func (c *Cache) Lookup(db int, h uint64, key, field []byte, isField bool, ident uint32, proto int) ([]byte, Status) {
+func (c *Cache) Lookup(db int, h uint64, key, field []byte, isField bool, ident Ident, proto int) ([]byte, Status) {
 	if c.suspended.Load() != 0 {
 		return nil, Suspended
 	}
@@ -406,7 +413,7 @@ type FillRequest struct {
 	// for a key without TTL.
 	ExpireAt int64
 	// Ident is the identity that read the reply.
-	Ident uint32
+	Ident Ident
 }
 
 // Fill caches a reply if t is still valid, the value is small enough and
@@ -427,7 +434,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 		// The key expired since: its other replies are stale too.
 		c.removeLocked(old.rec, ReasonExpired)
 	}
-	r := &reply{readers: []uint32{f.Ident}}
+	r := &reply{readers: []Ident{f.Ident}}
 	if f.Reply != nil {
 		r.bytes = append(make([]byte, 0, len(f.Reply)), f.Reply...)
 	}
@@ -460,7 +467,7 @@ func (c *Cache) Epoch() uint64 { return c.epoch.Load() }
 // a cached key with a value, so ident may be answered from the cache. epoch
 // is Epoch() when the read was sent: if the cache was flushed since (as on
 // an ACL change), the proof may be outdated and is dropped.
-func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isField bool, ident uint32) {
+func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isField bool, ident Ident) {
 	e := c.find(db, h, key)
 	if e == nil {
 		return
@@ -477,7 +484,7 @@ func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isF
 	if old == nil || old.allows(ident) || len(old.readers) >= maxReaders {
 		return
 	}
-	r := &reply{bytes: old.bytes, readers: append(append(make([]uint32, 0, len(old.readers)+1), old.readers...), ident)}
+	r := &reply{bytes: old.bytes, readers: append(append(make([]Ident, 0, len(old.readers)+1), old.readers...), ident)}
 	c.upsertLocked(int(e.db), h, key, func(e *entry) {
 		if isField {
 			e.fields = withField(e.fields, string(field), r)

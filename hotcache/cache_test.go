@@ -33,7 +33,7 @@ func fill(t testing.TB, c *Cache, key, field string, isField bool, reply []byte,
 		Reply: reply, ValueLen: len(reply), ExpireAt: expireAt, Ident: 1})
 }
 
-func get(c *Cache, key string, ident uint32, proto int) (string, Status) {
+func get(c *Cache, key string, ident Ident, proto int) (string, Status) {
 	b, st := c.Get(0, HashString(0, key), []byte(key), ident, proto)
 	return string(b), st
 }
@@ -51,7 +51,7 @@ func TestGetHitMissAndNil(t *testing.T) {
 	}
 	tests := []struct {
 		key   string
-		ident uint32
+		ident Ident
 		proto int
 		want  string
 		st    Status

@@ -84,7 +84,7 @@ func (s *session) onCommand(n int) decision {
 		s.sendMulti, s.txState, s.txEffects = false, false, s.txEffects[:0]
 		s.txInFlight++
 	case "auth":
-		sl.act, sl.user = actAuth, "default"
+		sl.act, sl.user, sl.auth = actAuth, "default", true
 		if argc == 3 {
 			if args[1] == nil {
 				sl.user, sl.anon = "", true // too long to capture
@@ -95,8 +95,10 @@ func (s *session) onCommand(n int) decision {
 		pauseAfter = true // the identity for what follows is Redis's answer
 	case "hello":
 		sl.act = actHello
-		sl.arg, sl.user, sl.anon = parseHello(args)
-		sl.anon = sl.anon || truncated // an AUTH option may be among the uncaptured
+		sl.arg, sl.user, sl.auth, sl.anon = parseHello(args)
+		if truncated { // an AUTH option may be among the uncaptured
+			sl.auth, sl.anon = true, true
+		}
 		pauseAfter = true
 	case "client|tracking":
 		sl.act = actTracking
@@ -318,6 +320,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		// Answer it once the replies before it are in, if it is cached and
 		// nothing sent so far rules a local answer out.
 		if !s.sendMulti && !s.opaqueSend && !s.rawRequests {
+			s.checkFresh()
 			if _, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto); st == hotcache.Hit {
 				return decidePause, true
 			}
@@ -327,6 +330,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	if !s.canAnswer() {
 		return s.forwardRead(nil), true
 	}
+	s.checkFresh()
 	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
 	if st == hotcache.Hit && !s.loop.unappliedAsked {
 		// Ask, then look again: a notification the subscriber applied
@@ -381,31 +385,32 @@ func (s *session) forwardRead(ri *readInfo) decision {
 	return decideForward
 }
 
-// parseHello returns the protocol version HELLO asks for (0 if none), the
-// user of its AUTH option ("" if none), and anon=true when an AUTH option
-// is present whose user Cicada cannot name (not captured, or options it
+// parseHello returns the protocol version HELLO asks for (0 if none),
+// whether it has an AUTH option (auth) and its user (which may be "", a
+// valid ACL user name), and anon=true (with auth) when an AUTH option may
+// be present whose user Cicada cannot name (not captured, or options it
 // cannot read). The caller also treats arguments past the captured ones as
 // a possible AUTH.
-func parseHello(args [][]byte) (proto int64, user string, anon bool) {
+func parseHello(args [][]byte) (proto int64, user string, auth, anon bool) {
 	if len(args) < 2 || args[1] == nil {
-		return 0, "", len(args) > 1
+		return 0, "", len(args) > 1, len(args) > 1
 	}
 	proto, _ = strconv.ParseInt(string(args[1]), 10, 64)
 	for i := 2; i < len(args); i++ {
 		switch {
 		case args[i] == nil:
-			return proto, "", true
+			return proto, "", true, true
 		case command.EqualFold(args[i], "auth") && i+2 < len(args):
 			if args[i+1] == nil {
-				return proto, "", true
+				return proto, "", true, true
 			}
-			user = string(args[i+1])
+			user, auth = string(args[i+1]), true
 			i += 2
 		case command.EqualFold(args[i], "setname") && i+1 < len(args):
 			i++
 		}
 	}
-	return proto, user, false
+	return proto, user, auth, false
 }
 
 func subKindOf(name string) subKind {

@@ -1,6 +1,11 @@
 package proxy
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cicada-proxy/cicada/hotcache"
+)
 
 // identities maps the users Redis authenticated connections as to small
 // numbers that hotcache records as proven readers.
@@ -11,27 +16,38 @@ import "sync"
 // (CONFIG SET, ACL SETUSER/DELUSER/LOAD) moves new connections to a new
 // initial number, so proof gathered under the old rules never serves them.
 //
+// A connection holding an initial number may have been accepted on either
+// side of a change Cicada had not yet seen (a requirepass set on Redis
+// directly): Redis authenticated it or not, Cicada cannot tell. So every
+// change also moves gen, and a connection whose initial number is from an
+// older gen takes an anonymous identity before its next cache lookup
+// (session.checkFresh).
+//
 // Safe for concurrent use; taken on AUTH, HELLO, RESET and connect only.
 type identities struct {
-	mu      sync.Mutex // guards the following
-	users   map[string]uint32
-	next    uint32
-	initial uint32
+	gen     atomic.Uint64 // rules changes seen; read before every lookup of a fresh connection
+	mu      sync.Mutex    // guards the following
+	users   map[string]hotcache.Ident
+	next    hotcache.Ident
+	initial hotcache.Ident
 }
 
 func newIdentities() *identities {
-	return &identities{users: map[string]uint32{}, next: 2, initial: 1}
+	ids := &identities{users: map[string]hotcache.Ident{}, next: 2, initial: 1}
+	ids.gen.Store(1)
+	return ids
 }
 
-// fresh returns the identity of a connection that has not authenticated.
-func (ids *identities) fresh() uint32 {
+// fresh returns the identity of a connection that has not authenticated,
+// and the gen it belongs to.
+func (ids *identities) fresh() (hotcache.Ident, uint64) {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
-	return ids.initial
+	return ids.initial, ids.gen.Load()
 }
 
 // user returns the identity of a connection Redis authenticated as name.
-func (ids *identities) user(name string) uint32 {
+func (ids *identities) user(name string) hotcache.Ident {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	id, ok := ids.users[name]
@@ -44,7 +60,7 @@ func (ids *identities) user(name string) uint32 {
 }
 
 // userOrAnonymous is user(name), or anonymous() when anon is set.
-func (ids *identities) userOrAnonymous(name string, anon bool) uint32 {
+func (ids *identities) userOrAnonymous(name string, anon bool) hotcache.Ident {
 	if anon {
 		return ids.anonymous()
 	}
@@ -54,7 +70,7 @@ func (ids *identities) userOrAnonymous(name string, anon bool) uint32 {
 // anonymous returns an identity nobody else has: for a connection whose
 // user Redis knows but Cicada cannot name. Its reads prove nothing for
 // other connections.
-func (ids *identities) anonymous() uint32 {
+func (ids *identities) anonymous() hotcache.Ident {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	id := ids.next
@@ -68,4 +84,26 @@ func (ids *identities) rulesChanged() {
 	defer ids.mu.Unlock()
 	ids.initial = ids.next
 	ids.next++
+	ids.gen.Add(1)
+}
+
+// setFresh gives s the initial identity of a connection that has not
+// authenticated (at connect and after RESET).
+func (s *session) setFresh() {
+	s.ident, s.freshGen = s.srv.ids.fresh()
+}
+
+// setIdent gives s an identity Redis confirmed (AUTH, HELLO AUTH) or an
+// anonymous one.
+func (s *session) setIdent(id hotcache.Ident) {
+	s.ident, s.freshGen = id, 0
+}
+
+// checkFresh runs before every cache lookup: an initial identity from
+// before a rules change may stand for a connection Redis authenticated
+// and one it did not (see identities); it becomes anonymous.
+func (s *session) checkFresh() {
+	if s.freshGen != 0 && s.freshGen != s.srv.ids.gen.Load() {
+		s.setIdent(s.srv.ids.anonymous())
+	}
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"testing"
+
+	"github.com/cicada-proxy/cicada/hotcache"
 )
 
 func TestRing(t *testing.T) {
@@ -32,14 +34,16 @@ func TestParseHello(t *testing.T) {
 		args  []string // "<nil>" stands for an uncaptured argument
 		proto int64
 		user  string
+		auth  bool
 		anon  bool
 	}{
-		{[]string{"HELLO"}, 0, "", false},
-		{[]string{"HELLO", "3"}, 3, "", false},
-		{[]string{"hello", "2", "auth", "alice", "pw"}, 2, "alice", false},
-		{[]string{"HELLO", "3", "SETNAME", "x", "AUTH", "bob", "pw"}, 3, "bob", false},
-		{[]string{"HELLO", "3", "AUTH", "<nil>", "pw"}, 3, "", true},
-		{[]string{"HELLO", "<nil>"}, 0, "", true},
+		{[]string{"HELLO"}, 0, "", false, false},
+		{[]string{"HELLO", "3"}, 3, "", false, false},
+		{[]string{"hello", "2", "auth", "alice", "pw"}, 2, "alice", true, false},
+		{[]string{"HELLO", "3", "SETNAME", "x", "AUTH", "bob", "pw"}, 3, "bob", true, false},
+		{[]string{"HELLO", "2", "AUTH", "", "pw"}, 2, "", true, false}, // "" is a valid ACL user name
+		{[]string{"HELLO", "3", "AUTH", "<nil>", "pw"}, 3, "", true, true},
+		{[]string{"HELLO", "<nil>"}, 0, "", true, true},
 	}
 	for _, tt := range tests {
 		var args [][]byte
@@ -50,31 +54,31 @@ func TestParseHello(t *testing.T) {
 				args = append(args, []byte(a))
 			}
 		}
-		proto, user, anon := parseHello(args)
-		if proto != tt.proto || user != tt.user || anon != tt.anon {
-			t.Errorf("parseHello(%q) = %d, %q, %v; want %d, %q, %v", tt.args, proto, user, anon, tt.proto, tt.user, tt.anon)
+		proto, user, auth, anon := parseHello(args)
+		if proto != tt.proto || user != tt.user || auth != tt.auth || anon != tt.anon {
+			t.Errorf("parseHello(%q) = %d, %q, %v, %v; want %d, %q, %v, %v", tt.args, proto, user, auth, anon, tt.proto, tt.user, tt.auth, tt.anon)
 		}
 	}
 }
 
 func TestIdentities(t *testing.T) {
 	ids := newIdentities()
-	fresh := ids.fresh()
+	fresh, gen := ids.fresh()
 	alice := ids.user("alice")
-	if ids.user("alice") != alice || ids.fresh() != fresh {
+	if f, g := ids.fresh(); ids.user("alice") != alice || f != fresh || g != gen {
 		t.Fatal("identities are not stable")
 	}
 	a1, a2 := ids.anonymous(), ids.anonymous()
-	seen := map[uint32]bool{}
-	for _, id := range []uint32{fresh, alice, a1, a2, ids.user("bob")} {
+	seen := map[hotcache.Ident]bool{}
+	for _, id := range []hotcache.Ident{fresh, alice, a1, a2, ids.user("bob")} {
 		if seen[id] {
 			t.Fatalf("identity %d handed out twice", id)
 		}
 		seen[id] = true
 	}
 	ids.rulesChanged()
-	if ids.fresh() == fresh || seen[ids.fresh()] {
-		t.Fatalf("fresh identity after a rules change = %d, want a new one", ids.fresh())
+	if f, g := ids.fresh(); f == fresh || seen[f] || g == gen || g == 0 {
+		t.Fatalf("fresh identity after a rules change = %d gen %d, want a new one and a new gen", f, g)
 	}
 }
 

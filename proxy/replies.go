@@ -226,10 +226,10 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		}
 	case !failed:
 		s.confirm(sl)
-	case sl.act == actHello && (sl.user != "" || sl.anon):
+	case sl.act == actHello && sl.auth:
 		// HELLO may authenticate and then fail (an invalid SETNAME): who
 		// the connection is now, only a unique identity can stand for.
-		s.ident = s.srv.ids.anonymous()
+		s.setIdent(s.srv.ids.anonymous())
 	}
 	if s.txInFlight == 0 {
 		s.sendMulti = s.multi // what was predicted at send is now known
@@ -273,8 +273,8 @@ func (s *session) applyTx() {
 			s.opaqueDBUnknown = true
 			return
 		case t == resp.TypeError || t == resp.TypeBulkError:
-			if qa.sl.act == actHello && (qa.sl.user != "" || qa.sl.anon) {
-				s.ident = s.srv.ids.anonymous()
+			if qa.sl.act == actHello && qa.sl.auth {
+				s.setIdent(s.srv.ids.anonymous())
 			}
 		default:
 			s.confirm(&qa.sl)
@@ -312,17 +312,18 @@ func (s *session) confirm(sl *slot) {
 	case actSelect:
 		s.db = int(sl.arg)
 	case actAuth:
-		s.ident = srv.ids.userOrAnonymous(sl.user, sl.anon)
+		s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
 	case actHello:
 		if sl.arg != 0 {
 			s.proto = int(sl.arg)
 		}
-		if sl.user != "" || sl.anon {
-			s.ident = srv.ids.userOrAnonymous(sl.user, sl.anon)
+		if sl.auth {
+			s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
 		}
 	case actReset:
 		s.endMulti()
-		s.db, s.proto, s.ident = 0, 2, srv.ids.fresh()
+		s.db, s.proto = 0, 2
+		s.setFresh()
 		s.tracking = false
 		s.subs = [3]int64{}
 	case actMulti:

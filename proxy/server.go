@@ -377,8 +377,8 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		client: c,
 		parser: resp.NewRequestParser(maxBulk),
 		proto:  2,
-		ident:  srv.ids.fresh(),
 	}
+	s.setFresh()
 	s.upLink = &upstreamLink{s: s}
 	c.SetContext(s)
 	srv.conns.Add(1)

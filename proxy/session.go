@@ -57,6 +57,7 @@ type slot struct {
 	stripes int32 // write stripes to release (front of session.stripes)
 	arg     int64
 	user    string
+	auth    bool      // AUTH, or HELLO with an AUTH option: the identity follows its reply
 	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	read    *readInfo // GET/HGET bookkeeping, rare
 }
@@ -107,9 +108,12 @@ type session struct {
 	writes ring[uint32] // stripes of forwarded writes, in slot order
 
 	// Connection state as Redis confirmed it (replies processed so far).
-	db       int
-	proto    int
-	ident    uint32
+	db    int
+	proto int
+	ident hotcache.Ident
+	// freshGen is the identities gen of ident when ident is an initial
+	// (unauthenticated) number, 0 otherwise (gens start at 1).
+	freshGen uint64
 	multi    bool
 	tracking bool
 	subs     [3]int64 // channels, patterns, shard channels

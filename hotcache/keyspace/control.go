@@ -3,6 +3,7 @@ package keyspace
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +27,16 @@ var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "s
 // authWatched are the watched commands that may change who may read what
 // (requirepass, ACL users): besides the flush, AuthChanged is called.
 var authWatched = map[string]bool{"config|set": true, "config|resetstat": true,
-	"acl|setuser": true, "acl|deluser": true, "acl|load": true}
+	"acl|setuser": true, "acl|deluser": true, "acl|load": true, aclList: true}
 
 // totalCommands is the INFO stats field a CONFIG RESETSTAT lowers.
 const totalCommands = "total_commands_processed"
+
+// aclList is the key under which readCounters records a hash of ACL LIST
+// (every user's rules and password hashes, requirepass included): unlike
+// the counters, which a CONFIG RESETSTAT can bring back to values already
+// read, it changes exactly when the rules do.
+const aclList = "acl list"
 
 // control runs beside the receive loop of one subscription: every
 // CountersInterval it reads the command counters (checkCounters); every
@@ -247,11 +254,34 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 }
 
 func (s *Subscriber) readCounters(ctx context.Context, ctl *redis.Client) (map[string]int64, error) {
-	info, err := ctl.Info(ctx, "commandstats", "stats").Result()
-	if err != nil {
+	pipe := ctl.Pipeline()
+	info := pipe.Info(ctx, "commandstats", "stats")
+	var acl *redis.StringSliceCmd
+	if !s.noACLList {
+		acl = pipe.ACLList(ctx)
+	}
+	_, _ = pipe.Exec(ctx)
+	if err := info.Err(); err != nil {
 		return nil, fmt.Errorf("keyspace: INFO commandstats stats: %w", err)
 	}
-	return parseCalls(info, watched), nil
+	calls := parseCalls(info.Val(), watched)
+	if acl != nil {
+		switch err := acl.Err(); {
+		case err == nil:
+			h := fnv.New64a()
+			for _, line := range acl.Val() {
+				h.Write([]byte(line))
+				h.Write([]byte{'\n'})
+			}
+			calls[aclList] = int64(h.Sum64())
+		case strings.HasPrefix(err.Error(), "NOPERM"):
+			s.noACLList = true
+			s.log.Warn("upstream-user may not run ACL LIST: ACL changes made on Redis directly are seen only through INFO commandstats, which a CONFIG RESETSTAT can hide", zap.Error(err))
+		default:
+			return nil, fmt.Errorf("keyspace: ACL LIST: %w", err)
+		}
+	}
+	return calls, nil
 }
 
 // compareCounters flushes the cache (and reports access rules changed) if
@@ -267,6 +297,9 @@ func (s *Subscriber) compareCounters(now map[string]int64) {
 		}
 		if now[totalCommands] < s.counters[totalCommands] {
 			changed = "config|resetstat"
+		}
+		if now[aclList] != s.counters[aclList] {
+			changed = aclList
 		}
 		if changed != "" {
 			if authWatched[changed] && s.cfg.AuthChanged != nil {

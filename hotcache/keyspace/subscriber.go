@@ -122,6 +122,9 @@ type Subscriber struct {
 	onPong   func()           // tests: called by Run before it handles a pong
 	down     bool             // Run: the cache is suspended on our behalf
 	counters map[string]int64 // Run (session, control): last INFO commandstats calls of watched commands
+	// noACLList is set (Run: control) once ACL LIST was refused: the
+	// counters alone are read from then on.
+	noACLList bool
 }
 
 // New returns a Subscriber for cache. The cache is suspended until the

@@ -9,7 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // TestRequirePass: with requirepass, a cached value never reaches a
@@ -182,4 +184,113 @@ func TestDirectAuthChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 2))
+}
+
+// rawConn dials addr for byte-level exchanges (send, then expectBytes).
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func sendBytes(t *testing.T, c net.Conn, b string) {
+	t.Helper()
+	if _, err := c.Write([]byte(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRulesChangeWindow: a password set on Redis directly is seen by Cicada
+// only at its next check. A connection accepted in between is
+// unauthenticated in Redis, yet got the same initial identity as the
+// connections Redis had authenticated before the change; it must not keep
+// that identity (and their cached reads) once Cicada has seen the change.
+func TestRulesChangeWindow(t *testing.T) {
+	// Cicada's own connections use their own user: requirepass concerns
+	// the default user.
+	r := redistest.Start(t, "--user", "cicada", "on", ">cpw", "~*", "&*", "+@all")
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{CheckInterval: 2 * time.Second, Username: "cicada", Password: "cpw"})
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SET", "secret", "TOPSECRET")
+	victim := client(t, p.Addr, 2)
+	warmKey(t, p, victim, "GET", "secret")
+
+	flushes := p.Cache.Stats().Evicted[hotcache.ReasonFlush]
+	mustDo(t, direct, "CONFIG", "SET", "requirepass", "pw")
+	attacker := rawConn(t, p.Addr) // before Cicada's next check, 2 s away
+	sendBytes(t, attacker, cmd("RESET"))
+	expectBytes(t, attacker, "+RESET\r\n")
+	// The victim keeps reading (the key stays hot) until Cicada's check
+	// sees the change and empties the cache.
+	waitFor(t, func() bool {
+		mustDo(t, victim, "GET", "secret")
+		return p.Cache.Stats().Evicted[hotcache.ReasonFlush] > flushes
+	})
+	warmKey(t, p, victim, "GET", "secret") // Redis authenticated it before the change: cached again
+	sendBytes(t, attacker, cmd("GET", "secret")+cmd("GET", "secret"))
+	expectBytes(t, attacker, strings.Repeat("-NOAUTH Authentication required.\r\n", 2))
+}
+
+// TestHelloAuthEmptyUser: "" is a valid ACL user name; HELLO AUTH "" must
+// change the connection's identity like any other user's.
+func TestHelloAuthEmptyUser(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{Password: "pw"})
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "CONFIG", "SET", "requirepass", "pw")
+	direct = redis.NewClient(&redis.Options{Addr: r.Addr, Password: "pw", DisableIdentity: true})
+	defer direct.Close()
+	mustDo(t, direct, "ACL", "SETUSER", "", "on", ">x", "~*", "+@all")
+	mustDo(t, direct, "SET", "secret", "TOPSECRET")
+	time.Sleep(600 * time.Millisecond) // Cicada's check sees the new rules
+
+	u := rawConn(t, p.Addr)
+	sendBytes(t, u, cmd("HELLO", "2", "AUTH", "", "x"))
+	if _, err := u.Read(make([]byte, 4096)); err != nil { // the HELLO map
+		t.Fatal(err)
+	}
+	for range 20 {
+		sendBytes(t, u, cmd("GET", "secret"))
+		expectBytes(t, u, "$9\r\nTOPSECRET\r\n")
+	}
+	if hits(p) == 0 {
+		t.Fatal("user \"\"'s reads were not cached: the test proves nothing")
+	}
+	attacker := rawConn(t, p.Addr)
+	sendBytes(t, attacker, cmd("RESET")+cmd("GET", "secret"))
+	expectBytes(t, attacker, "+RESET\r\n-NOAUTH Authentication required.\r\n")
+}
+
+// TestACLRevokedBehindResetstat: an ACL change made on Redis directly
+// after a CONFIG RESETSTAT, with commands padding every counter back past
+// the last reading, leaves INFO commandstats looking unchanged; Cicada
+// compares ACL LIST too, so the revocation still takes effect.
+func TestACLRevokedBehindResetstat(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	ctx := context.Background()
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SET", "secret", "TOPSECRET")
+	mustDo(t, direct, "CONFIG", "RESETSTAT")
+	mustDo(t, direct, "ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all")
+	alice := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "alice", Password: "pw", DisableIdentity: true})
+	defer alice.Close()
+	time.Sleep(600 * time.Millisecond) // a check has read the counters after the reset
+	warmKey(t, p, alice, "GET", "secret")
+
+	pipe := direct.Pipeline()
+	pipe.ConfigResetStat(ctx)
+	pipe.Do(ctx, "ACL", "SETUSER", "alice", "resetkeys")
+	for range 300 {
+		pipe.Ping(ctx)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		err := alice.Get(ctx, "secret").Err()
+		return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
+	})
 }
