@@ -155,7 +155,7 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bo
 	}
 	if missing := missingClasses(cur); missing != "" {
 		if !s.cfg.Configure {
-			return false, ErrNotConfigured
+			return false, fmt.Errorf("%w (missing %q)", ErrNotConfigured, missing)
 		}
 		merged := cur + missing
 		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {

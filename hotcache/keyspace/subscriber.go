@@ -259,8 +259,9 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			s.ready.Store(false)
 			return ctx.Err()
 		}
-		s.setDown(err)
-		if err != nil && err.Error() != lastErr && ctx.Err() == nil {
+		if s.setDown(err) {
+			lastErr = "" // logged as lost: a failure of the next attempt is news
+		} else if err != nil && err.Error() != lastErr && ctx.Err() == nil {
 			// Once per distinct failure, so a Redis that stays down or
 			// refuses Cicada's credentials is visible without flooding.
 			lastErr = err.Error()
@@ -286,14 +287,17 @@ func (s *Subscriber) Run(ctx context.Context) error {
 }
 
 // setDown suspends the cache (once) and marks the subscriber not ready.
-func (s *Subscriber) setDown(err error) {
-	if s.ready.Swap(false) {
+// It reports whether the subscription was up (and the loss was logged).
+func (s *Subscriber) setDown(err error) bool {
+	wasUp := s.ready.Swap(false)
+	if wasUp {
 		s.log.Warn("keyspace notifications lost; cache suspended", zap.Error(err))
 	}
 	if !s.down {
 		s.down = true
 		s.cache.Suspend()
 	}
+	return wasUp
 }
 
 func (s *Subscriber) options(name string) *redis.Options {
