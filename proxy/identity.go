@@ -62,6 +62,14 @@ func (ids *identities) anonymous() uint32 {
 	return id
 }
 
+// generation changes whenever rulesChanged is called: what was learnt of
+// ACL users before it may be out of date.
+func (ids *identities) generation() uint32 {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	return ids.initial
+}
+
 // rulesChanged gives connections opened from now on a new initial identity.
 func (ids *identities) rulesChanged() {
 	ids.mu.Lock()

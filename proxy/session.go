@@ -59,6 +59,7 @@ type slot struct {
 	user    string
 	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	read    *readInfo // GET/HGET bookkeeping, rare
+	hk      *hkReq    // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
 }
 
 // queuedAct is a connection state change queued in a transaction: it takes
@@ -110,6 +111,8 @@ type session struct {
 	db       int
 	proto    int
 	ident    uint32
+	user     string // ACL user Redis authenticated the connection as; "" if it never authenticated
+	userAnon bool   // authenticated as a user Cicada cannot name
 	multi    bool
 	tracking bool
 	subs     [3]int64 // channels, patterns, shard channels
@@ -164,6 +167,12 @@ type session struct {
 	// timedLeft-th slot from the head; 0 when none is.
 	timedLeft int
 	timedAt   time.Time
+
+	// HOTKEYS (hotkeys.go): the record of the forwarded request whose
+	// reply is being framed; aclWait while this connection waits for an
+	// ACL lookup of its user (it is paused).
+	hkFrame *hkReq
+	aclWait bool
 }
 
 // queue appends a slot; every queued slot counts in the loop's in-flight
@@ -264,7 +273,13 @@ func (s *session) processClient() {
 			}
 			fwd, off = len(buf), len(buf)
 		case resp.Complete:
-			switch s.onCommand(n) {
+			var d decision
+			if s.srv.hk.On() { // the only cost of HOTKEYS while no session runs
+				d = s.onCommandCounted(n)
+			} else {
+				d = s.onCommand(n)
+			}
+			switch d {
 			case decidePause:
 				s.paused = true
 				continue

@@ -152,6 +152,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger) error {
 		MaxClientMemory:  cfg.MaxClientMemory,
 		MaxValue:         cfg.CacheMaxValue,
 		Logger:           log.Named("proxy"),
+		ACLUser:          sub.ACLUser,
 	}, cache, det, sub)
 	if err != nil {
 		return err
