@@ -35,15 +35,19 @@ const (
 // needs no password (judged on u as it is now; Redis judges a connection
 // opened while the default user needed no password as authenticated).
 //
-// The command rules are evaluated as Redis applies them, left to right:
-// +@all/allcommands and -@all/nocommands set everything, +@cat and -@cat
-// set the commands of a category (HOTKEYS START/STOP/GET/RESET are in
-// @admin, @slow and @dangerous; HELP in @slow), +hotkeys, +hotkeys|get and
-// their - forms name it. A Redis older than 8.6 refuses rules that name
-// HOTKEYS, so there only categories decide, and a user whose rules start
-// with +@all may run commands Redis does not know yet, as Redis 8.6 would
-// after loading the same rules. The root rules or any selector's may allow
-// it (HOTKEYS has no keys or channels for a selector to restrict).
+// Redis older than 8.6 does not know HOTKEYS, and 7.0 does not even keep a
+// user's category rules: ACL GETUSER describes the resulting set of
+// commands, with a category only when all its commands are in it
+// ("-@all +@slow -@admin" reads back as "-@all +@read ... +config
+// -config|get ..."). So the rules are evaluated, left to right as Redis
+// applies them, for stand-ins: commands that exist since 7.0 with exactly
+// the subcommand's categories (standIns). The subcommand is allowed when
+// every stand-in is: category rules give them the verdict HOTKEYS would
+// get; a rule naming one stand-in alone (-config|get) refuses HOTKEYS too,
+// which errs on the side of refusing. Rules naming HOTKEYS itself (a Redis
+// 8.6 upstream) apply to every stand-in. The root rules or any selector's
+// may allow it (HOTKEYS has no keys or channels for a selector to
+// restrict).
 func Check(u UserACL, fresh bool, sub Sub) Permission {
 	if fresh && (!hasFlag(u.Flags, "nopass") || hasFlag(u.Flags, "off")) {
 		return NoAuth
@@ -52,36 +56,50 @@ func Check(u UserACL, fresh bool, sub Sub) Permission {
 		return NoPerm
 	}
 	for _, rules := range u.Commands {
-		if allows(rules, sub) {
+		if allows(strings.Fields(strings.ToLower(rules)), sub) {
 			return Allowed
 		}
 	}
 	return NoPerm
 }
 
-func allows(rules string, sub Sub) bool {
-	ok := false
+// standIns are, per set of categories, Redis 7.0 commands with exactly
+// those categories (COMMAND INFO on redis-server 7.0.15): START, STOP, GET
+// and RESET are @admin @slow @dangerous; HELP is @slow.
+var standIns = map[bool][]string{
+	false: {"config|get", "acl|getuser", "slowlog|get", "latency|latest"},
+	true:  {"config|help", "acl|help", "slowlog|help", "latency|help"},
+}
+
+func allows(rules []string, sub Sub) bool {
 	cats := sub.Categories()
-	for _, r := range strings.Fields(rules) {
-		r = strings.ToLower(r)
-		switch {
-		case r == "allcommands" || r == "+@all":
-			ok = true
-		case r == "nocommands" || r == "-@all":
-			ok = false
-		case len(r) > 2 && r[1] == '@' && (r[0] == '+' || r[0] == '-'):
-			for _, c := range cats {
-				if r[2:] == c {
+	for _, cmd := range standIns[sub == SubHelp] {
+		parent, _, _ := strings.Cut(cmd, "|")
+		ok := false
+		for _, r := range rules {
+			switch {
+			case r == "allcommands" || r == "+@all":
+				ok = true
+			case r == "nocommands" || r == "-@all":
+				ok = false
+			case len(r) < 2 || (r[0] != '+' && r[0] != '-'):
+			case r[1] == '@':
+				for _, c := range cats {
+					if r[2:] == c {
+						ok = r[0] == '+'
+					}
+				}
+			default:
+				if n := r[1:]; n == cmd || n == parent || n == "hotkeys" || n == sub.FullName() {
 					ok = r[0] == '+'
 				}
 			}
-		case len(r) > 1 && (r[0] == '+' || r[0] == '-'):
-			if r[1:] == "hotkeys" || r[1:] == sub.FullName() {
-				ok = r[0] == '+'
-			}
+		}
+		if !ok {
+			return false
 		}
 	}
-	return ok
+	return true
 }
 
 func hasFlag(flags []string, f string) bool {

@@ -227,6 +227,16 @@ func TestCheck(t *testing.T) {
 		{UserACL{Exists: true, Flags: on, Commands: []string{"+@all -hotkeys|get"}}, false, SubStop, Allowed},
 		{UserACL{Exists: true, Flags: on, Commands: []string{"-@all", "-@all +@admin"}}, false, SubGet, Allowed},
 		{UserACL{}, false, SubGet, NoPerm},
+		// Redis 7.0's reading of "-@all +@read +@slow -@admin": no @slow,
+		// but every @slow stand-in and no @admin one.
+		{UserACL{Exists: true, Flags: on, Commands: []string{
+			"-@all +@read +config -config|get -config|set +acl -acl|getuser +slowlog -slowlog|get +latency -latency|latest"}},
+			false, SubGet, NoPerm},
+		{UserACL{Exists: true, Flags: on, Commands: []string{
+			"-@all +@read +config -config|get -config|set +acl -acl|getuser +slowlog -slowlog|get +latency -latency|latest"}},
+			false, SubHelp, Allowed},
+		{UserACL{Exists: true, Flags: on, Commands: []string{"+@all -config|get"}}, false, SubGet, NoPerm},
+		{UserACL{Exists: true, Flags: on, Commands: []string{"-@all +hotkeys"}}, false, SubStart, Allowed},
 	}
 	for _, tt := range tests {
 		if got := Check(tt.u, tt.fresh, tt.sub); got != tt.want {
