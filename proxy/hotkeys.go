@@ -100,13 +100,22 @@ func (s *session) onCommandCounted(n int) decision {
 	return d
 }
 
-// hkReplied records a forwarded request once its reply is framed and
-// settled; t0 is when the last chunk of the reply started to be framed.
-func (s *session) hkReplied(r *hkReq, t0 time.Time) {
+// hkFrameDone runs when a frame read while the head request had a record
+// ends; t0 is when its last chunk started to be framed. If the frame
+// settled the request, the request is recorded with the reply's bytes and
+// time; if not (a RESP2 pub/sub message came first), the frame is not the
+// key's and is forgotten.
+func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 	if r.tk.Sampled {
-		r.ns += int64(time.Since(t0))
+		s.hkNs += int64(time.Since(t0))
 	}
-	s.hkFrame = nil
+	bytes, ns := s.hkBytes, s.hkNs
+	s.hkFrame, s.hkBytes, s.hkNs = nil, 0, 0
+	if s.slots.len() > 0 && s.slots.front().hk == r {
+		return // still waiting for its reply
+	}
+	r.net += bytes
+	r.ns += ns
 	l := s.loop
 	s.srv.hk.Record(l.idx, r.tk, r.key, r.net, r.ns)
 	l.hkFree = append(l.hkFree, r)

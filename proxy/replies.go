@@ -55,18 +55,18 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 			fwd = off
 		}
 		if hr != nil {
-			hr.net += uint64(n)
+			s.hkBytes += uint64(n)
 		}
 		if !done {
 			if hr != nil && hr.tk.Sampled {
-				hr.ns += int64(time.Since(t0))
+				s.hkNs += int64(time.Since(t0))
 			}
 			break
 		}
 		s.onFrame(s.framer.Frame())
 		s.swallowing, s.capturing = false, false
 		if hr != nil {
-			s.hkReplied(hr, t0)
+			s.hkFrameDone(hr, t0)
 		}
 	}
 	if off > fwd {

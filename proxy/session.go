@@ -168,10 +168,12 @@ type session struct {
 	timedLeft int
 	timedAt   time.Time
 
-	// HOTKEYS (hotkeys.go): the record of the forwarded request whose
-	// reply is being framed; aclWait while this connection waits for an
-	// ACL lookup of its user (it is paused).
+	// HOTKEYS (hotkeys.go): the record of the head request, whose reply
+	// may be the frame being read; aclWait while this connection waits
+	// for an ACL lookup of its user (it is paused).
 	hkFrame *hkReq
+	hkBytes uint64 // bytes of hkFrame's reply so far
+	hkNs    int64  // event-loop time framing it so far (sampled only)
 	aclWait bool
 }
 

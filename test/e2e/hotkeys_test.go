@@ -512,3 +512,69 @@ func TestDebugHotkeys(t *testing.T) {
 		}
 	}
 }
+
+// TestHotkeysSubscribedRESP2: on a RESP2 subscribed connection, pub/sub
+// messages that arrive ahead of a command's reply are not counted as the
+// key's bytes: each GET counts its request and its own (error) reply only.
+func TestHotkeysSubscribedRESP2(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := dialRaw(t, r.Addr)
+	direct.do("SUBSCRIBE", "ch")
+	errReply := direct.do("GET", "k") // Redis's refusal in subscribed mode
+	if !strings.HasPrefix(errReply, "-ERR Can't execute 'get'") {
+		t.Fatalf("direct GET while subscribed = %q", errReply)
+	}
+	admin := client(t, p.Addr, 2)
+	mustDo(t, admin, "HOTKEYS", "START", "METRICS", "1", "NET")
+	sub := dialRaw(t, p.Addr)
+	sub.do("SUBSCRIBE", "ch")
+	done, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		pub := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, Protocol: 2})
+		defer pub.Close()
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if pub.Publish(context.Background(), "ch", "message-payload").Err() != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	_ = sub.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if first, err := readRaw(sub.br); err != nil || !strings.Contains(string(first), "message-payload") {
+		t.Fatalf("first message %q, %v", first, err)
+	}
+	const n, batches = 300, 30
+	errs, msgs := 0, 1
+	for i := 0; i < batches; i++ {
+		if _, err := sub.c.Write([]byte(strings.Repeat(cmd("GET", "k"), n/batches))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for errs < n {
+		_ = sub.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := readRaw(sub.br)
+		if err != nil {
+			t.Fatalf("after %d errors, %d messages: %v", errs, msgs, err)
+		}
+		if string(b) == errReply {
+			errs++
+		} else {
+			msgs++
+		}
+	}
+	m := hotkeysReport(t, admin)
+	want := fmt.Sprintf("[k=%d]", n*(len(cmd("GET", "k"))+len(errReply)))
+	if got := ranking(t, m, "by-net-bytes"); fmt.Sprint(got) != want {
+		t.Errorf("by-net-bytes = %v, want %s (%d messages interleaved)", got, want, msgs)
+	}
+	if msgs < 10 {
+		t.Errorf("only %d messages interleaved: the test did not test anything", msgs)
+	}
+}
