@@ -213,3 +213,44 @@ func (c *Cache) Stats() Stats {
 func Reasons() []Reason {
 	return []Reason{ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity, ReasonFlush, ReasonConfig}
 }
+
+// Item is one cached reply as an admin listing shows it: where it is and
+// how big, never its value.
+type Item struct {
+	DB      int
+	Key     string
+	Field   string // HGET's field; "" for GET
+	IsField bool   // HGET (Field may be empty)
+	// Hash is the detector's hash of the reply's reads: Hash(DB, Key) for
+	// GET, FieldHash of it for HGET.
+	Hash uint64
+	// Bytes is the length of the cached reply (its RESP encoding, value
+	// included); 0 for a nil reply.
+	Bytes int
+	// Expired: the key's TTL has passed (not served; the next sweep drops
+	// it).
+	Expired bool
+}
+
+// Items calls fn for every cached reply, in no particular order. Like
+// Sweep it reads the published entries without the writer lock, so it
+// sees each entry as of some moment during the call. Safe from any
+// goroutine; fn must not call back into the cache's writers.
+func (c *Cache) Items(fn func(Item)) {
+	now := c.now()
+	t := c.table.Load()
+	for i := range t.slots {
+		e := t.slots[i].Load()
+		if e == nil {
+			continue
+		}
+		expired := e.expireAt != 0 && now >= e.expireAt
+		if e.get != nil {
+			fn(Item{DB: int(e.db), Key: e.key, Hash: e.hash, Bytes: len(e.get.bytes), Expired: expired})
+		}
+		for f, r := range e.fields {
+			fn(Item{DB: int(e.db), Key: e.key, Field: f, IsField: true, Hash: FieldHash(e.hash, []byte(f)),
+				Bytes: len(r.bytes), Expired: expired})
+		}
+	}
+}

@@ -16,6 +16,9 @@ import (
 //	/readyz   200 when the keyspace-notification subscription is up, so
 //	          hot keys are cached and Redis answered it; 503 otherwise
 //	/debug/pprof/  Go profiles (CPU, heap, goroutines)
+//	/debug/hotkeys the cached hot keys and hash fields as JSON (HotKeys):
+//	          db, key, field, ops/s, cached, bytes; ?limit=N (1-10000,
+//	          default 100), highest ops/s first
 //
 // Key values never appear here.
 func (srv *Server) AdminHandler() http.Handler {
@@ -28,6 +31,7 @@ func (srv *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/hotkeys", srv.hotKeysHandler)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

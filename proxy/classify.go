@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/proxy/command"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 )
@@ -39,6 +40,11 @@ func (s *session) onCommand(n int) decision {
 	argc := s.parser.Argc()
 	if d, ok := s.onRead(args, argc); ok {
 		return d
+	}
+	if len(args) > 0 && hotkeys.Is(args[0]) {
+		if d, ok := s.onHotkeys(args, argc); ok {
+			return d
+		}
 	}
 	s.loop.stats.forwarded.Add(1)
 	if len(args) > 0 && command.EqualFold(args[0], "quit") {

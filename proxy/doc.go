@@ -56,8 +56,21 @@
 // three, replies are passed through unframed ("opaque") and writes are only
 // invalidated, like writes from outside Cicada.
 //
+// # HOTKEYS
+//
+// Cicada answers Redis 8.6's HOTKEYS itself (hotkeys.go, package hotkeys):
+// after the subcommand and arity checks, the connection's user (as Redis
+// confirmed it) is checked against ACL GETUSER, cached per user until the
+// next ACL change (hotkeys_acl.go); a lookup runs on its own goroutine
+// while the connection is paused, and wakes it on its loop. While a
+// session is active, each request with one key is counted on its loop:
+// local answers at once, forwarded ones when their reply has been framed.
+// With no session, the request path pays one atomic load (Tracker.On).
+//
 // # Ownership
 //
 // A session and both its gnet connections are touched only by their event
-// loop. Server fields are set before the engine starts or are atomics.
+// loop. Server fields are set before the engine starts or are atomics,
+// except the HOTKEYS state (hotkeys.Tracker: per-loop shares with their
+// own mutexes) and permCache (its mutex), both off the request path.
 package proxy

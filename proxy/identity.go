@@ -78,6 +78,10 @@ func (ids *identities) anonymous() hotcache.Ident {
 	return id
 }
 
+// generation changes whenever rulesChanged is called: what was learnt of
+// ACL users before it may be out of date.
+func (ids *identities) generation() uint64 { return ids.gen.Load() }
+
 // rulesChanged gives connections opened from now on a new initial identity.
 func (ids *identities) rulesChanged() {
 	ids.mu.Lock()
@@ -91,6 +95,14 @@ func (ids *identities) rulesChanged() {
 // authenticated (at connect and after RESET).
 func (s *session) setFresh() {
 	s.ident, s.freshGen = s.srv.ids.fresh()
+	s.user, s.userAnon = "", false
+}
+
+// setUser records the ACL user Redis confirmed the connection as, for the
+// HOTKEYS permission check; "" (a valid user name, but the never-
+// authenticated sentinel there) counts as one Cicada cannot name.
+func (s *session) setUser(user string, anon bool) {
+	s.user, s.userAnon = user, anon || user == ""
 }
 
 // setIdent gives s an identity Redis confirmed (AUTH, HELLO AUTH) or an

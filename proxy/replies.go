@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
@@ -34,6 +35,11 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 				l.downv = append(l.downv, buf[fwd:off])
 			}
 		}
+		hr := s.hkFrame // nil unless a HOTKEYS session counts this reply
+		var t0 time.Time
+		if hr != nil && hr.tk.Sampled {
+			t0 = time.Now()
+		}
 		n, done, err := s.framer.Feed(buf[off:])
 		if err != nil {
 			s.srv.log.Error("invalid reply from upstream; closing the connection",
@@ -48,11 +54,20 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 		if s.swallowing {
 			fwd = off
 		}
+		if hr != nil {
+			s.hkBytes += uint64(n)
+		}
 		if !done {
+			if hr != nil && hr.tk.Sampled {
+				s.hkNs += int64(time.Since(t0))
+			}
 			break
 		}
 		s.onFrame(s.framer.Frame())
 		s.swallowing, s.capturing = false, false
+		if hr != nil {
+			s.hkFrameDone(hr, t0)
+		}
 	}
 	if off > fwd {
 		l.downv = append(l.downv, buf[fwd:off])
@@ -79,6 +94,7 @@ func (s *session) startFrame(first byte) {
 		return
 	}
 	head := s.slots.front()
+	s.hkFrame = head.hk
 	switch {
 	case head.kind == slotSwallow:
 		s.swallowing = true
@@ -230,6 +246,7 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		// HELLO may authenticate and then fail (an invalid SETNAME): who
 		// the connection is now, only a unique identity can stand for.
 		s.setIdent(s.srv.ids.anonymous())
+		s.user, s.userAnon = "", true
 	}
 	if s.txInFlight == 0 {
 		s.sendMulti = s.multi // what was predicted at send is now known
@@ -275,6 +292,7 @@ func (s *session) applyTx() {
 		case t == resp.TypeError || t == resp.TypeBulkError:
 			if qa.sl.act == actHello && qa.sl.auth {
 				s.setIdent(s.srv.ids.anonymous())
+				s.user, s.userAnon = "", true
 			}
 		default:
 			s.confirm(&qa.sl)
@@ -313,12 +331,14 @@ func (s *session) confirm(sl *slot) {
 		s.db = int(sl.arg)
 	case actAuth:
 		s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
+		s.setUser(sl.user, sl.anon)
 	case actHello:
 		if sl.arg != 0 {
 			s.proto = int(sl.arg)
 		}
 		if sl.auth {
 			s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
+			s.setUser(sl.user, sl.anon)
 		}
 	case actReset:
 		s.endMulti()

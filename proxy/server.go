@@ -14,6 +14,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/proxy/command"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 )
@@ -94,6 +95,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// Logger receives state changes; nil means no logging.
 	Logger *zap.Logger
+	// ACLUser reads a user's ACL rules from Redis (ACL GETUSER; see
+	// keyspace.Subscriber.ACLUser), so that HOTKEYS, which Cicada answers
+	// itself, is refused to a connection Redis 8.6 would refuse it to. It
+	// is called off the event loops, at most once per user between ACL
+	// changes. nil: HOTKEYS is answered without an ACL check (tests,
+	// embedders without ACL users).
+	ACLUser func(ctx context.Context, name string) (hotkeys.UserACL, error)
 }
 
 // Server is the proxy: a gnet engine plus the shared cache, detector and
@@ -106,6 +114,8 @@ type Server struct {
 	det    *detector.Detector
 	fencer Notifications
 	ids    *identities
+	hk     *hotkeys.Tracker // HOTKEYS session state (hotkeys.go)
+	perms  permCache        // ACL users checked for HOTKEYS (hotkeys_acl.go)
 	log    *zap.Logger
 	dialer net.Dialer
 
@@ -161,6 +171,9 @@ type loopState struct {
 	peek           []byte // Unapplied's scratch
 	refs           []command.KeyRef
 	stats          *loopStats
+	// hkFree are spare hot-key records of forwarded requests (hotkeys.go),
+	// reused so that a HOTKEYS session does not allocate per request.
+	hkFree []*hkReq
 }
 
 // loopStats are counters owned by one loop (the only writer), padded so
@@ -209,6 +222,7 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		det:    det,
 		fencer: fencer,
 		ids:    newIdentities(),
+		hk:     hotkeys.NewTracker(det.Loops(), nil, nil),
 		log:    cfg.Logger,
 		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
 		booted: make(chan struct{}),
@@ -260,7 +274,8 @@ func (srv *Server) Run() error {
 // Booted is closed once the listener is up (or Run failed).
 func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 
-// janitor advances the detector every sub-window and sweeps the cache.
+// janitor advances the detector every sub-window, sweeps the cache and
+// ends a HOTKEYS session whose DURATION has passed.
 func (srv *Server) janitor(stop <-chan struct{}) {
 	tick := time.NewTicker(detector.Window / detector.SubWindows)
 	defer tick.Stop()
@@ -273,6 +288,7 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			srv.clock.Store(int64(now.Sub(srv.start)))
 			srv.idleRefresh.Store(int64(srv.fencer.IdleTimeout() / 2))
 			srv.det.Advance(now)
+			srv.hk.Tick() // DURATION's auto-stop, as Redis's cron does
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
 				srv.cache.Sweep(srv.det.IsCold)

@@ -60,6 +60,7 @@ type slot struct {
 	auth    bool      // AUTH, or HELLO with an AUTH option: the identity follows its reply
 	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	read    *readInfo // GET/HGET bookkeeping, rare
+	hk      *hkReq    // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
 }
 
 // queuedAct is a connection state change queued in a transaction: it takes
@@ -114,6 +115,8 @@ type session struct {
 	// freshGen is the identities gen of ident when ident is an initial
 	// (unauthenticated) number, 0 otherwise (gens start at 1).
 	freshGen uint64
+	user     string // ACL user Redis authenticated the connection as; "" if it never authenticated
+	userAnon bool   // authenticated as a user Cicada cannot name (or the user "")
 	multi    bool
 	tracking bool
 	subs     [3]int64 // channels, patterns, shard channels
@@ -168,6 +171,14 @@ type session struct {
 	// timedLeft-th slot from the head; 0 when none is.
 	timedLeft int
 	timedAt   time.Time
+
+	// HOTKEYS (hotkeys.go): the record of the head request, whose reply
+	// may be the frame being read; aclWait while this connection waits
+	// for an ACL lookup of its user (it is paused).
+	hkFrame *hkReq
+	hkBytes uint64 // bytes of hkFrame's reply so far
+	hkNs    int64  // event-loop time framing it so far (sampled only)
+	aclWait bool
 }
 
 // queue appends a slot; every queued slot counts in the loop's in-flight
@@ -268,7 +279,13 @@ func (s *session) processClient() {
 			}
 			fwd, off = len(buf), len(buf)
 		case resp.Complete:
-			switch s.onCommand(n) {
+			var d decision
+			if s.srv.hk.On() { // the only cost of HOTKEYS while no session runs
+				d = s.onCommandCounted(n)
+			} else {
+				d = s.onCommand(n)
+			}
+			switch d {
 			case decidePause:
 				s.paused = true
 				continue

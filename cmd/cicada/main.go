@@ -160,6 +160,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		MaxClients:       fitMaxClients(cfg.MaxClients, log),
 		MaxClientMemory:  cfg.MaxClientMemory,
 		Logger:           log.Named("proxy"),
+		ACLUser:          sub.ACLUser,
 	}, cache, det, sub)
 	if err != nil {
 		return err

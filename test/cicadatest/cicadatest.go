@@ -78,7 +78,7 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("keyspace")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
-		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy")}, cache, det, sub)
+		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, det, sub)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}

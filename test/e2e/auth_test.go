@@ -186,8 +186,8 @@ func TestDirectAuthChanges(t *testing.T) {
 	expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 2))
 }
 
-// rawConn dials addr for byte-level exchanges (send, then expectBytes).
-func rawConn(t *testing.T, addr string) net.Conn {
+// dialPlain dials addr for byte-level exchanges (send, then expectBytes).
+func dialPlain(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -221,7 +221,7 @@ func TestRulesChangeWindow(t *testing.T) {
 
 	flushes := p.Cache.Stats().Evicted[hotcache.ReasonFlush]
 	mustDo(t, direct, "CONFIG", "SET", "requirepass", "pw")
-	attacker := rawConn(t, p.Addr) // before Cicada's next check, 2 s away
+	attacker := dialPlain(t, p.Addr) // before Cicada's next check, 2 s away
 	sendBytes(t, attacker, cmd("RESET"))
 	expectBytes(t, attacker, "+RESET\r\n")
 	// The victim keeps reading (the key stays hot) until Cicada's check
@@ -247,7 +247,7 @@ func TestHelloAuthEmptyUser(t *testing.T) {
 	mustDo(t, direct, "SET", "secret", "TOPSECRET")
 	time.Sleep(600 * time.Millisecond) // Cicada's check sees the new rules
 
-	u := rawConn(t, p.Addr)
+	u := dialPlain(t, p.Addr)
 	sendBytes(t, u, cmd("HELLO", "2", "AUTH", "", "x"))
 	if _, err := u.Read(make([]byte, 4096)); err != nil { // the HELLO map
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestHelloAuthEmptyUser(t *testing.T) {
 	if hits(p) == 0 {
 		t.Fatal("user \"\"'s reads were not cached: the test proves nothing")
 	}
-	attacker := rawConn(t, p.Addr)
+	attacker := dialPlain(t, p.Addr)
 	sendBytes(t, attacker, cmd("RESET")+cmd("GET", "secret"))
 	expectBytes(t, attacker, "+RESET\r\n-NOAUTH Authentication required.\r\n")
 }

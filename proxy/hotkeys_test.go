@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotkeys"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// fakeConn is the client side of a session without a socket: what the
+// hit path calls (Peek, Discard, Write, the buffer sizes). Any other
+// method panics through the nil embedded interface.
+type fakeConn struct {
+	gnet.Conn
+	in, out []byte
+}
+
+func (c *fakeConn) Peek(int) ([]byte, error) { return c.in, nil }
+func (c *fakeConn) Discard(n int) (int, error) {
+	c.in = c.in[n:]
+	return n, nil
+}
+func (c *fakeConn) Write(b []byte) (int, error) {
+	c.out = append(c.out, b...)
+	return len(b), nil
+}
+func (c *fakeConn) InboundBuffered() int  { return len(c.in) }
+func (c *fakeConn) OutboundBuffered() int { return 0 }
+
+// quietFencer is a notification subscriber with nothing pending.
+type quietFencer struct{}
+
+func (quietFencer) Fence()                                            {}
+func (quietFencer) VerifyFence()                                      {}
+func (quietFencer) MaxBulkLen() int64                                 { return 0 }
+func (quietFencer) Ready() bool                                       { return true }
+func (quietFencer) Unapplied(dst []uint64, _ []byte) ([]uint64, bool) { return dst, false }
+func (quietFencer) Events() uint64                                    { return 0 }
+func (quietFencer) Reconnects() uint64                                { return 0 }
+func (quietFencer) Flushes() uint64                                   { return 0 }
+func (quietFencer) IdleTimeout() time.Duration                        { return 0 }
+func (quietFencer) OutputLimit(bool) (int64, int64, time.Duration) {
+	return 0, 0, 0
+}
+
+// hitSession returns a session whose GET of key is answered from the
+// cache, and the pipeline of 16 such GETs it is fed.
+func hitSession(tb testing.TB) (*session, *fakeConn, []byte, []byte) {
+	tb.Helper()
+	cache, err := hotcache.New(hotcache.Config{Capacity: 16, MaxBytes: 1 << 20, MaxValue: 1024})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	det, err := detector.New(detector.Config{Threshold: 1, Loops: 1, Width: 256}, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:0", Loops: 1}, cache, det, quietFencer{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key := []byte("key:__rand_int__")
+	reply := []byte("$64\r\n" + string(bytes.Repeat([]byte("v"), 64)) + "\r\n")
+	c := &fakeConn{}
+	s := &session{srv: srv, loop: srv.loopFor(nil), client: c, up: c, parser: resp.NewRequestParser(0),
+		proto: 2, accepted: true}
+	s.setFresh()
+	h := hotcache.Hash(0, key)
+	t, ok := cache.BeginFill(h)
+	if !ok || !cache.Fill(t, hotcache.FillRequest{Hash: h, Key: key, Reply: reply, ValueLen: 64, Ident: s.ident}) {
+		tb.Fatal("fill refused")
+	}
+	return s, c, bytes.Repeat(resp.AppendCommand(nil, []byte("GET"), key), 16), reply
+}
+
+// TestHitPathAllocs: the cache-hit path (parse, look up, answer) of a
+// pipeline of GETs allocates nothing, with no HOTKEYS session and with
+// one (the key already counted).
+func TestHitPathAllocs(t *testing.T) {
+	s, c, req, reply := hitSession(t)
+	run := func() {
+		c.in, c.out = req, c.out[:0]
+		s.processClient()
+	}
+	run()
+	if want := bytes.Repeat(reply, 16); !bytes.Equal(c.out, want) {
+		t.Fatalf("answered %q, want 16 cached replies", c.out)
+	}
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Errorf("no session: %v allocations per pipeline, want 0", a)
+	}
+	if err := s.srv.hk.Start(hotkeys.Options{Metrics: hotkeys.CPU | hotkeys.NET, Count: 10, Sample: 1}); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Errorf("session active: %v allocations per pipeline, want 0", a)
+	}
+	r, _ := s.srv.hk.Report()
+	if len(r.ByNet) != 1 || r.ByNet[0].Key != "key:__rand_int__" || r.ByNet[0].Value != 1002*16*uint64(len(req)/16+len(reply)) {
+		t.Errorf("counted %+v, want 1002 pipelines of 16 GETs", r.ByNet)
+	}
+}
+
+// BenchmarkHitPath: a pipeline of 16 cached GETs through processClient,
+// without and with a HOTKEYS session (sample 1 and 100).
+func BenchmarkHitPath(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		sample int
+	}{{"off", 0}, {"sample1", 1}, {"sample100", 100}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, c, req, _ := hitSession(b)
+			if bc.sample > 0 {
+				_ = s.srv.hk.Start(hotkeys.Options{Metrics: hotkeys.CPU | hotkeys.NET, Count: 10, Sample: bc.sample})
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.in, c.out = req, c.out[:0]
+				s.processClient()
+			}
+		})
+	}
+}
