@@ -48,6 +48,10 @@ var (
 	ErrChecked = errors.New("configuration checked")
 )
 
+// minQueryBufferLimit is Redis's own minimum for client-query-buffer-limit
+// (1mb, config.c).
+const minQueryBufferLimit = 1 << 20
+
 const (
 	envPrefix = "CICADA_"
 	maxLoops  = 256
@@ -117,7 +121,8 @@ type Config struct {
 	CommandstatsInterval time.Duration `koanf:"commandstats-interval"`
 	// ClientQueryBufferLimit is how many bytes a client may have buffered,
 	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
-	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be >= 1.
+	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be at
+	// least 1mb (1048576), Redis's minimum.
 	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients. Default 10000; lowered at start to what the
@@ -238,6 +243,9 @@ func Load(args []string, environ []string) (*Config, error) {
 		if !isSetting(f.Name) {
 			return "", nil // --config, --check-config, --help, --version
 		}
+		if t, ok := f.Value.(*textFlag); ok {
+			return f.Name, t.s // decode parses it (FlagVal would parse by Type and drop errors)
+		}
 		return f.Name, posflag.FlagVal(fs, f)
 	})
 	if err := k.Load(flagLayer, nil); err != nil {
@@ -289,15 +297,15 @@ func newFlagSet() *pflag.FlagSet {
 		case bool:
 			fs.Bool(s.key, d, s.usage)
 		case int:
-			fs.Int(s.key, d, s.usage)
+			fs.Var(&textFlag{s: strconv.Itoa(d), typ: "int"}, s.key, s.usage)
 		case uint32:
-			fs.Uint32(s.key, d, s.usage)
+			fs.Var(&textFlag{s: strconv.FormatUint(uint64(d), 10), typ: "uint32"}, s.key, s.usage)
 		case time.Duration:
-			fs.Duration(s.key, d, s.usage)
+			fs.Var(&textFlag{s: d.String(), typ: "duration"}, s.key, s.usage)
 		case []string:
 			fs.StringSlice(s.key, d, s.usage)
 		case byteSize:
-			fs.Var(&sizeFlag{s: formatSize(int64(d))}, s.key, s.usage)
+			fs.Var(&textFlag{s: formatSize(int64(d)), typ: "size"}, s.key, s.usage)
 		default:
 			panic(fmt.Sprintf("setting %s: unsupported default type %T", s.key, d))
 		}
@@ -347,6 +355,9 @@ func loadFile(k *koanf.Koanf, path string) error {
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) { // already names the file
 			return fmt.Errorf("config: %w", err)
+		}
+		if strings.Contains(err.Error(), "cannot unmarshal") {
+			return fmt.Errorf("config: %s: must be a YAML mapping of settings (lines of \"setting: value\")", path)
 		}
 		return fmt.Errorf("config: %s: %w", path, err)
 	}
@@ -625,18 +636,19 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// sizeFlag is a pflag.Value holding a size flag's text as given; decode
-// parses it, so that a bad size reads the same from every layer.
-type sizeFlag struct{ s string }
+// textFlag is a pflag.Value holding a number, size or duration flag's text
+// as given; decode parses it, so that a bad value gets the same one-line
+// message from every layer (not pflag's strconv wording).
+type textFlag struct{ s, typ string }
 
 // String implements pflag.Value: the text as given.
-func (f *sizeFlag) String() string { return f.s }
+func (f *textFlag) String() string { return f.s }
 
-// Set implements pflag.Value; it never fails (decode checks the size).
-func (f *sizeFlag) Set(s string) error { f.s = s; return nil }
+// Set implements pflag.Value; it never fails (decode checks the value).
+func (f *textFlag) Set(s string) error { f.s = s; return nil }
 
-// Type implements pflag.Value: "size" in --help.
-func (f *sizeFlag) Type() string { return "size" }
+// Type implements pflag.Value: the value's kind in --help.
+func (f *textFlag) Type() string { return f.typ }
 
 // Validate checks every setting and returns the first problem as
 // "<setting>: <what is wrong>". It accepts Loops == 0 (GOMAXPROCS) for
@@ -667,8 +679,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
 	case c.CommandstatsInterval < 10*time.Millisecond || c.CommandstatsInterval > time.Minute:
 		return fmt.Errorf("commandstats-interval: must be between 10ms and 1m, got %s", c.CommandstatsInterval)
-	case c.ClientQueryBufferLimit < 1:
-		return fmt.Errorf("client-query-buffer-limit: must be >= 1, got %d", c.ClientQueryBufferLimit)
+	case c.ClientQueryBufferLimit < minQueryBufferLimit:
+		return fmt.Errorf("client-query-buffer-limit: must be >= 1mb (%d), as Redis requires, got %d", minQueryBufferLimit, c.ClientQueryBufferLimit)
 	case c.MaxClients < 1:
 		return fmt.Errorf("maxclients: must be >= 1, got %d", c.MaxClients)
 	case c.MaxClientMemory < 0:

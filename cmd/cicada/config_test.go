@@ -366,7 +366,7 @@ func TestValidateErrors(t *testing.T) {
 		{"shutdown-timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "shutdown-timeout: must be >= 0, got -1s"},
 		{"commandstats-interval short", func(c *Config) { c.CommandstatsInterval = 9 * time.Millisecond }, "commandstats-interval: must be between 10ms and 1m, got 9ms"},
 		{"commandstats-interval long", func(c *Config) { c.CommandstatsInterval = time.Hour }, "commandstats-interval: must be between 10ms and 1m, got 1h0m0s"},
-		{"client-query-buffer-limit", func(c *Config) { c.ClientQueryBufferLimit = 0 }, "client-query-buffer-limit: must be >= 1, got 0"},
+		{"client-query-buffer-limit", func(c *Config) { c.ClientQueryBufferLimit = 1<<20 - 1 }, "client-query-buffer-limit: must be >= 1mb (1048576), as Redis requires, got 1048575"},
 		{"log-level", func(c *Config) { c.LogLevel = "verbose" }, `log-level: must be debug, info, warn or error, got "verbose"`},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }, `log-format: must be json or console, got "xml"`},
 	}
@@ -406,6 +406,7 @@ func TestLoadErrors(t *testing.T) {
 	nested := writeFile(t, "nested.yaml", "cache:\n  capacity: 5\n")
 	broken := writeFile(t, "broken.yaml", "listen: [\n")
 	dup := writeFile(t, "dup.yaml", "listen: a:1\nlisten: b:2\n")
+	list := writeFile(t, "list.yaml", "- a\n- b\n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -425,8 +426,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad bool env", nil, []string{"CICADA_CONFIGURE_NOTIFICATIONS=yes"}, `configure-notifications: invalid boolean "yes"`},
 		{"bad duration env", nil, []string{"CICADA_DIAL_TIMEOUT=2"}, `dial-timeout: invalid duration "2" (use Go syntax such as 750ms or 2s)`},
 		{"bad log level", []string{"--log-level", "trace"}, nil, `log-level: must be debug, info, warn or error, got "trace"`},
-		{"flag parse", []string{"--loops", "x"}, nil, `invalid argument "x" for "--loops" flag: strconv.ParseInt: parsing "x": invalid syntax`},
+		{"flag parse", []string{"--loops", "x"}, nil, `loops: invalid integer "x"`},
 		{"flag without value", []string{"--listen"}, nil, "flag needs an argument: --listen"},
+		{"file not a mapping", []string{"--config", list}, nil, "config: " + list + ": must be a YAML mapping of settings (lines of \"setting: value\")"},
 		{"unknown flag", []string{"--hot-treshold", "5"}, nil, "unknown flag: --hot-treshold"},
 		{"positional", []string{"extra"}, nil, `unexpected argument "extra": cicada takes only flags`},
 	}

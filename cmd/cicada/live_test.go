@@ -258,3 +258,12 @@ func TestFromLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheOffZeroCapacity: with the cache off (cache-max-value 0), a
+// capacity and byte bound of 0 pass validation, and Cicada must start.
+func TestCacheOffZeroCapacity(t *testing.T) {
+	p := startRun(t, "--cache-max-value", "0", "--cache-capacity", "0", "--cache-max-bytes", "0")
+	if p.metric(t, "cicada_cache_suspended") != 1 {
+		t.Error("the cache is not off")
+	}
+}

@@ -33,6 +33,9 @@ import (
 )
 
 func main() {
+	// Like Redis, a SIGHUP (a closed terminal, a reload by habit) does not
+	// stop Cicada; its configuration file is watched instead.
+	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
@@ -124,9 +127,11 @@ func newLiveFunc(args, environ []string, level zap.AtomicLevel) func(*Config, *h
 // done. mkLive makes the holder of the live settings (live.go).
 func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Config, *hotcache.Cache, *detector.Detector, *zap.Logger) *live) error {
 	log.Info("starting cicada", zap.String("version", version), zap.Any("config", cfg.Redacted()))
+	// With the cache off (cache-max-value 0) capacity and bytes may be 0;
+	// the table still needs a size, and live settings may turn it on.
 	cache, err := hotcache.New(hotcache.Config{
-		Capacity: cfg.CacheCapacity,
-		MaxBytes: cfg.CacheMaxBytes,
+		Capacity: max(cfg.CacheCapacity, 1),
+		MaxBytes: max(cfg.CacheMaxBytes, 1),
 		MaxValue: cfg.CacheMaxValue,
 	})
 	if err != nil {
