@@ -72,7 +72,13 @@ func TestCompose(t *testing.T) {
 		}
 		env = append(env, k+"="+*v)
 	}
-	cmd := exec.Command(cicadaBinary(t), append(slices.Clone([]string(cicada.Command)), "--check-config")...)
+	args := slices.Clone([]string(cicada.Command))
+	for i := range args {
+		if args[i] == "--config" && i+1 < len(args) {
+			args[i+1] = mountSource(t, cicada, args[i+1]) // the host file the container reads
+		}
+	}
+	cmd := exec.Command(cicadaBinary(t), append(args, "--check-config")...)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -88,6 +94,13 @@ func TestCompose(t *testing.T) {
 	}
 	listen, admin := port(t, settings["listen"]), port(t, settings["admin"])
 	published := map[uint32]bool{}
+	for _, svc := range []types.ServiceConfig{cicada, prom, grafana} {
+		for _, pc := range svc.Ports {
+			if pc.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes port %d on %q: the stack has no passwords, publish on 127.0.0.1", svc.Name, pc.Target, pc.HostIP)
+			}
+		}
+	}
 	for _, pc := range cicada.Ports {
 		published[pc.Target] = true
 	}

@@ -144,6 +144,11 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("Service %s selector %v does not select the pod (labels %v)", svc.Name, svc.Spec.Selector, pod.Labels)
 				}
 				for _, p := range svc.Spec.Ports {
+					if p.TargetPort.Type != intstr.Int {
+						// Services resolve the named ports of init containers
+						// (a native sidecar) only from Kubernetes 1.33.
+						t.Errorf("Service %s port %s targets the name %q: use the number", svc.Name, p.Name, p.TargetPort.StrVal)
+					}
 					if target := targetPort(t, cicada, p.TargetPort); target != listen && target != admin {
 						t.Errorf("Service %s port %s targets %d, not Cicada's %d or %d", svc.Name, p.Name, target, listen, admin)
 					}
@@ -172,8 +177,8 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("PodMonitor selector %v does not select the pod", pm.Spec.Selector.MatchLabels)
 				}
 				for _, ep := range pm.Spec.PodMetricsEndpoints {
-					if ep.Port == nil || namedPort(t, cicada, *ep.Port) != admin || ep.Path != "/metrics" {
-						t.Errorf("PodMonitor endpoint %v, want port admin path /metrics", ep)
+					if ep.PortNumber == nil || int(*ep.PortNumber) != admin || ep.Port != nil || ep.Path != "/metrics" {
+						t.Errorf("PodMonitor endpoint %+v, want portNumber %d (the admin port's name is on an init container) and path /metrics", ep, admin)
 					}
 				}
 			}

@@ -181,11 +181,13 @@ type slotTable struct {
 // newSlotTable sizes a table for capacity replies: the power of two at
 // least twice as large (at least 2*probe slots).
 func newSlotTable(capacity int) *slotTable {
-	size := 1 << bits.Len(uint(2*capacity-1))
-	if size < 2*probe {
-		size = 2 * probe
-	}
+	size := slotTableSize(capacity)
 	return &slotTable{slots: make([]atomic.Pointer[entry], size), mask: uint64(size - 1)}
+}
+
+// slotTableSize is the number of slots newSlotTable gives capacity.
+func slotTableSize(capacity int) int {
+	return max(1<<bits.Len(uint(2*capacity-1)), 2*probe)
 }
 
 // New returns an empty cache, or an error naming the bad Config field.

@@ -37,7 +37,7 @@ func (c *Cache) SetLimits(capacity int, maxBytes int64, maxValue int) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resize := len(newSlotTable(capacity).slots) != len(c.table.Load().slots)
+	resize := slotTableSize(capacity) != len(c.table.Load().slots)
 	if resize || int64(maxValue) < c.maxValue.Load() {
 		c.epoch.Add(1)
 		c.removeAllLocked(ReasonConfig)

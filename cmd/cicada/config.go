@@ -14,6 +14,7 @@ package main
 // layer, and no layer can make a setting silently take a surprising value.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +49,16 @@ var (
 	// ErrChecked comes with a valid Config for --check-config.
 	ErrChecked = errors.New("configuration checked")
 )
+
+// startProcs is GOMAXPROCS as the process started (the CPUs, or the
+// container's CPU limit), read before main raises it to loops+1: the
+// default of loops, the same at every reload.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// maxCacheCapacity bounds cache-capacity: the cache's slot table has a
+// power of two at least twice as many slots (8 bytes each), allocated at
+// once; 1<<24 replies is a 256 MiB table.
+const maxCacheCapacity = 1 << 24
 
 // minQueryBufferLimit is Redis's own minimum for client-query-buffer-limit
 // (1mb, config.c).
@@ -268,7 +280,7 @@ func Load(args []string, environ []string) (*Config, error) {
 		c.passwordFromFile = true
 	}
 	if c.Loops == 0 {
-		c.Loops = min(runtime.GOMAXPROCS(0), maxLoops)
+		c.Loops = min(startProcs, maxLoops)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -302,8 +314,8 @@ func newFlagSet() *pflag.FlagSet {
 			fs.Var(&textFlag{s: strconv.FormatUint(uint64(d), 10), typ: "uint32"}, s.key, s.usage)
 		case time.Duration:
 			fs.Var(&textFlag{s: d.String(), typ: "duration"}, s.key, s.usage)
-		case []string:
-			fs.StringSlice(s.key, d, s.usage)
+		case []string: // kept as text: commas inside {a,b} are not separators
+			fs.Var(&textFlag{s: strings.Join(d, ","), typ: "patterns"}, s.key, s.usage)
 		case byteSize:
 			fs.Var(&textFlag{s: formatSize(int64(d)), typ: "size"}, s.key, s.usage)
 		default:
@@ -485,13 +497,13 @@ func (d *decoder) patterns(key string) []string {
 		for _, x := range v {
 			s, ok := x.(string)
 			if !ok {
-				d.fail(key, "must be a list of strings, got a %s in it", kindOf(x))
+				d.fail(key, "must be a list of strings, got %s in it", kindOf(x))
 				return nil
 			}
 			items = append(items, s)
 		}
 	case string:
-		items = strings.Split(v, ",")
+		items = splitPatterns(v)
 	default:
 		d.fail(key, "must be a list of patterns, got %s", kindOf(v))
 		return nil
@@ -508,6 +520,32 @@ func (d *decoder) patterns(key string) []string {
 		out = append(out, p)
 	}
 	return out
+}
+
+// splitPatterns splits a comma-separated list of glob patterns, leaving
+// commas inside {a,b} alternatives and [...] classes, or escaped with a
+// backslash, in their pattern.
+func splitPatterns(s string) []string {
+	var out []string
+	depth, class, start := 0, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			i++
+		case class:
+			class = c != ']'
+		case c == '[':
+			class = true
+		case c == '{':
+			depth++
+		case c == '}' && depth > 0:
+			depth--
+		case c == ',' && depth == 0:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 // integer accepts whole numbers in [lo, hi] (decimal in strings).
@@ -577,6 +615,8 @@ func kindOf(v any) string {
 		return "a boolean"
 	case string:
 		return "a string"
+	case nil:
+		return "null"
 	}
 	return "a number"
 }
@@ -669,6 +709,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("cache-max-value: must be >= 0, got %d", c.CacheMaxValue)
 	case c.CacheCapacity < 0 || c.CacheMaxValue > 0 && c.CacheCapacity < 1:
 		return fmt.Errorf("cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheCapacity)
+	case c.CacheCapacity > maxCacheCapacity:
+		return fmt.Errorf("cache-capacity: must be at most %d, got %d", maxCacheCapacity, c.CacheCapacity)
 	case c.CacheMaxBytes < 0 || c.CacheMaxValue > 0 && c.CacheMaxBytes < 1:
 		return fmt.Errorf("cache-max-bytes: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheMaxBytes)
 	case c.UpstreamPassword != "" && c.UpstreamPasswordFile != "" && !c.passwordFromFile:
@@ -731,7 +773,7 @@ func (c *Config) Redacted() map[string]any {
 		"cache-capacity":            c.CacheCapacity,
 		"cache-max-bytes":           c.CacheMaxBytes,
 		"cache-enabled":             c.CacheEnabled,
-		"cache-deny":                strings.Join(c.CacheDeny, ","),
+		"cache-deny":                slices.Clone(c.CacheDeny),
 		"upstream-user":             c.UpstreamUser,
 		"upstream-password":         password,
 		"upstream-password-file":    c.UpstreamPasswordFile,
@@ -755,6 +797,11 @@ func (c *Config) String() string {
 	for i, s := range settings {
 		if i > 0 {
 			b.WriteByte(' ')
+		}
+		if list, ok := r[s.key].([]string); ok {
+			j, _ := json.Marshal(list) // no spaces: fields stay split by them
+			fmt.Fprintf(&b, "%s=%s", s.key, j)
+			continue
 		}
 		fmt.Fprintf(&b, "%s=%v", s.key, r[s.key])
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -99,9 +100,11 @@ func (l *live) changeLocked(next *Config, source string) []string {
 	before, after := l.cur.Redacted(), next.Redacted()
 	var changed []string
 	for _, k := range liveKeys {
-		if fmt.Sprint(before[k]) != fmt.Sprint(after[k]) {
+		if !same(before[k], after[k]) {
 			changed = append(changed, k)
-			l.log.Info("configuration changed", zap.String("setting", k), zap.Any("from", before[k]),
+			// Warn, not Info: a change of the running configuration is
+			// worth a line at every log level but error.
+			l.log.Warn("configuration changed", zap.String("setting", k), zap.Any("from", before[k]),
 				zap.Any("to", after[k]), zap.String("source", source))
 		}
 	}
@@ -123,8 +126,14 @@ func (l *live) changeLocked(next *Config, source string) []string {
 // reloadFile loads every layer again (the file re-read) and applies the
 // live settings the file changed since the last load; other settings it
 // changed are logged as waiting for a restart. A file that does not load
-// or validate changes nothing.
-func (l *live) reloadFile() {
+// or validate changes nothing (and a later write of the same file is
+// tried again); an empty file is taken for one being rewritten (truncated,
+// not yet written) and ignored.
+func (l *live) reloadFile(path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		l.log.Warn("configuration file is empty; the settings in force are kept until it is written", zap.String("path", path))
+		return
+	}
 	next, err := Load(l.args, l.environ)
 	if err != nil {
 		l.log.Error("configuration file rejected; the settings in force are kept", zap.Error(err))
@@ -134,22 +143,33 @@ func (l *live) reloadFile() {
 	defer l.mu.Unlock()
 	before, after := l.fromFile.Redacted(), next.Redacted()
 	edited := *l.cur
+	var restart []string
 	for k := range after {
-		if fmt.Sprint(before[k]) == fmt.Sprint(after[k]) {
+		if same(before[k], after[k]) {
 			continue
 		}
 		if !slices.Contains(liveKeys, k) {
-			l.log.Warn("setting changed in the configuration file takes effect at restart", zap.String("setting", k))
+			restart = append(restart, k)
 			continue
 		}
 		setLive(&edited, next, k)
 	}
-	l.fromFile = next
 	if err := edited.Validate(); err != nil {
 		l.log.Error("configuration file rejected; the settings in force are kept", zap.Error(err))
 		return
 	}
+	for _, k := range restart {
+		l.log.Warn("setting changed in the configuration file takes effect at restart", zap.String("setting", k))
+	}
+	l.fromFile = next
 	l.changeLocked(&edited, "file")
+}
+
+// same compares two settings as their JSON (a list of patterns included).
+func same(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
 // setLive copies live setting k from src to dst.
@@ -193,7 +213,7 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 				if l.debounce != nil {
 					l.debounce.Stop()
 				}
-				l.debounce = time.AfterFunc(fileDebounce, l.reloadFile)
+				l.debounce = time.AfterFunc(fileDebounce, func() { l.reloadFile(path) })
 			})
 			if err != nil {
 				l.log.Warn("cannot watch the configuration file", zap.String("path", path), zap.Error(err))
@@ -221,7 +241,7 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 				break
 			}
 		}
-		l.reloadFile()
+		l.reloadFile(path)
 	}
 }
 
@@ -229,14 +249,17 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 // (the password redacted) with the list of live ones; POST takes a JSON
 // object of live settings (values as in the YAML file), validates all of
 // them and applies them together, or changes nothing and answers 400 with
-// the reason. POST is accepted only from loopback: the admin listener has
-// no authentication.
+// the reason. The admin listener has no authentication, so POST is
+// accepted only from loopback, only as application/json, only without an
+// Origin header and only for a loopback Host: a web page in a browser on
+// the same machine can send none of these (cross-site request forgery, DNS
+// rebinding).
 func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPost:
-		if !fromLoopback(r) {
-			http.Error(w, "POST /config is accepted only from loopback", http.StatusForbidden)
+		if why := refusePost(r); why != "" {
+			http.Error(w, "POST /config refused: "+why, http.StatusForbidden)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
@@ -306,6 +329,34 @@ func (l *live) post(m map[string]any) error {
 	}
 	l.changeLocked(&next, "admin")
 	return nil
+}
+
+// refusePost says why a POST /config is refused, or "" to accept it.
+func refusePost(r *http.Request) string {
+	switch {
+	case !fromLoopback(r):
+		return "accepted only from loopback"
+	case r.Header.Get("Origin") != "":
+		return "not from a web page (it has an Origin header)"
+	case !loopbackHost(r.Host):
+		return "the Host must be a loopback address or localhost"
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return "the Content-Type must be application/json"
+	}
+	return ""
+}
+
+// loopbackHost reports whether an HTTP Host header names loopback.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 // fromLoopback reports whether r came from a loopback address.

@@ -163,14 +163,14 @@ func TestLiveConfigFile(t *testing.T) {
 	waitUntil(t, "session:1 cached", func() bool { return p.hits(t, rc, "session:1", 20) > 0 })
 
 	write("hot-threshold: 1\ncache-deny: [\"session:*\"]\n")
-	waitUntil(t, "the deny-list in force", func() bool { return p.setting(t, "cache-deny") == "session:*" })
+	waitUntil(t, "the deny-list in force", func() bool { return p.setting(t, "cache-deny") == "[session:*]" })
 	if n := p.metric(t, `cicada_cache_evictions_total{reason="config"}`); n < 1 {
 		t.Errorf("config evictions %v, want the cached session:1", n)
 	}
 	if n := p.hits(t, rc, "session:1", 50); n != 0 {
 		t.Errorf("a denied key got %v hits", n)
 	}
-	if !strings.Contains(p.logs.String(), `"msg":"configuration changed","setting":"cache-deny","from":"","to":"session:*","source":"file"`) {
+	if !strings.Contains(p.logs.String(), `"msg":"configuration changed","setting":"cache-deny","from":[],"to":["session:*"],"source":"file"`) {
 		t.Errorf("the change was not logged:\n%s", p.logs)
 	}
 
@@ -178,14 +178,25 @@ func TestLiveConfigFile(t *testing.T) {
 	waitUntil(t, "the rejection logged", func() bool {
 		return strings.Contains(p.logs.String(), `configuration file rejected; the settings in force are kept","error":"hot-threshold: must be >= 1, got 0"`)
 	})
-	if got := p.setting(t, "cache-deny"); got != "session:*" {
+	if got := p.setting(t, "cache-deny"); got != "[session:*]" {
 		t.Errorf("a rejected file changed cache-deny to %q", got)
 	}
 
 	write("hot-threshold: 1\nmaxclients: 5\n") // deny lifted; maxclients needs a restart
-	waitUntil(t, "the deny-list lifted", func() bool { return p.setting(t, "cache-deny") == "" })
+	waitUntil(t, "the deny-list lifted", func() bool { return p.setting(t, "cache-deny") == "[]" })
 	if p.setting(t, "maxclients") == "5" || !strings.Contains(p.logs.String(), `"setting changed in the configuration file takes effect at restart","setting":"maxclients"`) {
 		t.Error("maxclients changed live, or the restart it needs was not logged")
+	}
+
+	// Truncated, not yet written: ignored, nothing reset to defaults.
+	write("hot-threshold: 3\nlog-level: warn\n")
+	waitUntil(t, "hot-threshold 3", func() bool { return p.setting(t, "hot-threshold") == "3" })
+	write("")
+	waitUntil(t, "the empty file noticed", func() bool {
+		return strings.Contains(p.logs.String(), "configuration file is empty; the settings in force are kept")
+	})
+	if p.setting(t, "hot-threshold") != "3" {
+		t.Error("an empty file reset hot-threshold")
 	}
 
 	if err := os.Remove(path); err != nil {
@@ -194,6 +205,10 @@ func TestLiveConfigFile(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	write("hot-threshold: 7\n")
 	waitUntil(t, "the recreated file followed", func() bool { return p.setting(t, "hot-threshold") == "7" })
+	// Logged at log-level warn too (the file had set it).
+	if !strings.Contains(p.logs.String(), `"setting":"hot-threshold","from":3,"to":7,"source":"file"`) {
+		t.Errorf("a change at log-level warn was not logged:\n%s", p.logs)
+	}
 }
 
 // TestLiveConfigAdmin: POST /config validates every setting in the body
@@ -247,6 +262,67 @@ func TestLiveConfigAdmin(t *testing.T) {
 		} else {
 			resp.Body.Close()
 		}
+	}
+}
+
+// TestConfigPostRefused: POST /config from what a web page in a browser can
+// send (an Origin header, a form or text content type, a rebound Host) is
+// refused and changes nothing; a capacity too large for memory is a 400.
+func TestConfigPostRefused(t *testing.T) {
+	p := startRun(t)
+	for _, tt := range []struct {
+		name    string
+		headers map[string]string
+		body    string
+		code    int
+		want    string
+	}{
+		{"origin", map[string]string{"Origin": "http://evil.example"}, `{"hot-threshold": 79}`, 403, "POST /config refused: not from a web page (it has an Origin header)\n"},
+		{"text/plain", map[string]string{"Content-Type": "text/plain"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Content-Type must be application/json\n"},
+		{"rebound host", map[string]string{"Host": "evil.example:9121"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Host must be a loopback address or localhost\n"},
+		{"capacity", nil, `{"cache-capacity": 1000000000000}`, 400, "cache-capacity: must be at most 16777216, got 1000000000000\n"},
+		{"null", nil, `{"hot-threshold": null}`, 400, "hot-threshold: invalid integer: got null\n"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+p.admin+"/config", strings.NewReader(tt.body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range tt.headers {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.code || string(b) != tt.want {
+			t.Errorf("%s: %d %q, want %d %q", tt.name, resp.StatusCode, b, tt.code, tt.want)
+		}
+	}
+	if got := p.setting(t, "hot-threshold"); got != "1000" {
+		t.Errorf("a refused POST changed hot-threshold to %s", got)
+	}
+}
+
+// TestDenyPatternsWithCommas: a comma inside {a,b} or [...] is part of the
+// pattern in every layer, and a POST of a list equal but for that comma is
+// a change.
+func TestDenyPatternsWithCommas(t *testing.T) {
+	p := startRun(t, "--cache-deny", "user:{a,b}:*,x:[,;]")
+	if got := p.setting(t, "cache-deny"); got != "[user:{a,b}:* x:[,;]]" {
+		t.Fatalf("cache-deny from the flag = %s", got)
+	}
+	if code, body := p.post(t, `{"cache-deny": ["user:{a,b}:*", "y"]}`); code != 200 {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	if got := p.setting(t, "cache-deny"); got != "[user:{a,b}:* y]" {
+		t.Errorf("cache-deny after POST = %s", got)
+	}
+	if !strings.Contains(p.logs.String(), `"to":["user:{a,b}:*","y"]`) {
+		t.Errorf("the change was not logged:\n%s", p.logs)
 	}
 }
 
