@@ -49,6 +49,9 @@ func hkKey(args [][]byte, argc int64) []byte {
 	if spec == nil || !spec.ArityOK(int(argc)) || spec.First <= 0 || spec.First != spec.Last || spec.First >= len(args) {
 		return nil
 	}
+	if spec.Flags&command.FlagPubSub != 0 {
+		return nil // SPUBLISH's shard channel: a key spec flagged not_key, which Redis does not count
+	}
 	return args[spec.First]
 }
 

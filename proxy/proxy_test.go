@@ -91,3 +91,27 @@ func TestSubKindOf(t *testing.T) {
 	}
 
 }
+
+// TestHKKey: HOTKEYS counts GET/HGET and single-key commands by their key,
+// not SPUBLISH's shard channel (a key spec Redis flags not_key).
+func TestHKKey(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"GET", "k"}, "k"},
+		{[]string{"hget", "h", "f"}, "h"},
+		{[]string{"SET", "k", "v"}, "k"},
+		{[]string{"SPUBLISH", "ch", "msg"}, ""},
+		{[]string{"MGET", "a", "b"}, ""},
+		{[]string{"PING"}, ""},
+	} {
+		args := make([][]byte, len(tt.args))
+		for i, a := range tt.args {
+			args[i] = []byte(a)
+		}
+		if got := string(hkKey(args, int64(len(args)))); got != tt.want {
+			t.Errorf("hkKey(%q) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
