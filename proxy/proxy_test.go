@@ -27,6 +27,42 @@ func TestRing(t *testing.T) {
 	}
 }
 
+// TestRingBacklog: a backlog of 100,000 is queued and drained in waves;
+// the storage follows it (within a chunk and the spare) and an emptied
+// ring shrinks to nothing.
+func TestRingBacklog(t *testing.T) {
+	var r ring[int]
+	next, want := 0, 0
+	for _, backlog := range []int{100000, 10, 5000, 0, 100000} {
+		for r.len() < backlog {
+			r.push(next)
+			next++
+		}
+		for r.len() > backlog {
+			if got := r.pop(); got != want {
+				t.Fatalf("pop = %d, want %d", got, want)
+			}
+			want++
+		}
+		if slack := r.cap() - r.len(); slack < 0 || slack > 3*ringChunkMax {
+			t.Fatalf("backlog %d: cap %d, len %d; want cap - len in [0, %d]", backlog, r.cap(), r.len(), 3*ringChunkMax)
+		}
+	}
+	for r.len() > 0 {
+		if got := r.pop(); got != want {
+			t.Fatalf("pop = %d, want %d", got, want)
+		}
+		want++
+	}
+	if !r.shrink() || r.cap() != 0 {
+		t.Fatalf("shrink of an empty ring: cap %d, want 0", r.cap())
+	}
+	r.push(1)
+	if r.shrink() || r.cap() != 8 || r.pop() != 1 {
+		t.Fatalf("a ring of one: cap %d (want 8), shrunk while holding an element", r.cap())
+	}
+}
+
 func TestParseHello(t *testing.T) {
 	tests := []struct {
 		args  []string // "<nil>" stands for an uncaptured argument

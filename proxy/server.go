@@ -72,9 +72,12 @@ type Config struct {
 	// DialTimeout bounds the upstream connection attempt made for each
 	// client; 0 means 2 s.
 	DialTimeout time.Duration
-	// QueryBufferLimit is how many bytes a client may have buffered in
-	// Cicada (unparsed, or waiting behind a paused request) before it is
-	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
+	// QueryBufferLimit is how many bytes a client's requests may hold in
+	// Cicada until Redis answers them before the client is closed, like
+	// Redis's client-query-buffer-limit: requests unparsed or waiting
+	// behind a paused one, bytes queued on the upstream connection, and
+	// the bookkeeping of requests in flight (see session.backlog); 0 means
+	// 1 GiB.
 	QueryBufferLimit int64
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients: one more is answered "-ERR max number of clients
@@ -84,7 +87,7 @@ type Config struct {
 	// gnet stops serving.
 	MaxClients int
 	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
-	// they have not read and requests not yet parsed or forwarded, counted
+	// they have not read and requests Redis has not answered, counted
 	// over connections holding at least heavyBytes, as Redis 7's
 	// maxmemory-clients bounds client memory. Over it, the event loop that
 	// sees it closes its clients holding the most. 0 means no bound.

@@ -158,6 +158,8 @@ type session struct {
 	// Limits (limits.go).
 	softSince    int64 // clock+1 when unread replies reached the soft limit, 0 if below
 	held         int64 // bytes held for the client at its last charge
+	readBytes    int64 // held by the readInfo of queued slots
+	txKeyBytes   int64 // held by the keys in txEffects
 	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
 
 	// Upstream latency (latency.go): the request being timed is the
@@ -169,6 +171,9 @@ type session struct {
 // queue appends a slot; every queued slot counts in the loop's in-flight
 // gauge until dequeue.
 func (s *session) queue(sl slot) {
+	if sl.read != nil {
+		s.readBytes += readInfoSize(sl.read)
+	}
 	s.slots.push(sl)
 	s.loop.stats.inflight.Add(1)
 	s.timeRequest()
@@ -178,7 +183,11 @@ func (s *session) queue(sl slot) {
 func (s *session) dequeue() slot {
 	s.loop.stats.inflight.Add(-1)
 	s.replyArrived()
-	return s.slots.pop()
+	sl := s.slots.pop()
+	if sl.read != nil {
+		s.readBytes -= readInfoSize(sl.read)
+	}
+	return sl
 }
 
 // upstreamLink is the gnet context of an upstream connection.
@@ -208,10 +217,12 @@ func (s *session) onClientTraffic() gnet.Action {
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	if in := s.client.InboundBuffered(); int64(in) > s.srv.cfg.QueryBufferLimit {
-		s.closeFor(closeQueryBuffer, in) // Redis: "closing client that reached max query buffer length"
+	// What the client sent and Redis has not processed: unparsed, or
+	// parsed and waiting to go to Redis or for its answer.
+	if q := int64(s.client.InboundBuffered()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
+		s.closeFor(closeQueryBuffer, q) // Redis: "closing client that reached max query buffer length"
 		return gnet.None
-	} else if in >= heavyBytes && s.chargeMemory() {
+	} else if q >= heavyBytes && s.chargeMemory() {
 		return gnet.None
 	}
 	if s.up == nil || s.paused || s.srv.draining.Load() {
@@ -458,7 +469,8 @@ func (s *session) abandonTx() {
 		cache.Resume()
 	}
 	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
-	s.txEffects, s.multiRules = s.txEffects[:0], false
+	s.clearTxEffects()
+	s.multiRules = false
 }
 
 // releaseWrites ends the n oldest in-flight writes.
