@@ -74,6 +74,15 @@ const sumEvery = 1 << 20
 
 // closeFor closes the client for exceeding a limit, as Redis does: at
 // once, unsent replies dropped, with a log line.
+//
+// Redis drops the replies it has not written (it evicts or applies an
+// output limit before it writes a batch's replies, so an evicted client
+// of a pipeline gets none). Cicada has written some to the socket by
+// then: up to the send buffer the kernel grew for it (4 MB on loopback),
+// and gnet writes what it can of its own buffer when it closes. A
+// graceful close would deliver all of that; an abortive one (SO_LINGER
+// 0, so close sends a reset) discards it, and the client gets only what
+// had already reached its own receive buffer, then ECONNRESET.
 func (s *session) closeFor(why closeReason, held int64) {
 	if s.closed {
 		return
@@ -82,6 +91,7 @@ func (s *session) closeFor(why closeReason, held int64) {
 	s.srv.log.Warn("closing client", zap.Stringer("reason", why),
 		zap.String("client", s.client.RemoteAddr().String()), zap.Int64("bytes", held))
 	s.closed = true
+	_ = s.client.SetLinger(0)
 	_ = s.client.Close() // its buffers stay counted in loop.heavy until release
 }
 
