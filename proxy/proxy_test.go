@@ -123,3 +123,29 @@ func TestSubKindOf(t *testing.T) {
 	}
 
 }
+
+// TestLoopSessions: sessions leave the loop's list in any order, and the
+// others keep their index.
+func TestLoopSessions(t *testing.T) {
+	var l loopState
+	ss := make([]*session, 100)
+	for i := range ss {
+		ss[i] = &session{}
+		l.register(ss[i])
+	}
+	for _, i := range []int{50, 0, 99, 98, 10} {
+		l.unregister(ss[i])
+		ss[i] = nil
+	}
+	for i := range 95 {
+		l.unregister(l.sessions[len(l.sessions)/2])
+		for j, s := range l.sessions {
+			if s.loopIdx != j {
+				t.Fatalf("after %d removals: session at %d has index %d", i+6, j, s.loopIdx)
+			}
+		}
+	}
+	if len(l.sessions) != 0 {
+		t.Fatalf("%d sessions left, want 0", len(l.sessions))
+	}
+}

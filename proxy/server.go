@@ -156,6 +156,9 @@ type loopState struct {
 	heavy map[*session]struct{}
 	grown int64
 	held  int64
+	// sessions are the loop's open client sessions, for the idle sweep
+	// (sweep.go); session.loopIdx is each one's index.
+	sessions []*session
 	// The fencer's Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
@@ -263,11 +266,12 @@ func (srv *Server) Run() error {
 // Booted is closed once the listener is up (or Run failed).
 func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 
-// janitor advances the detector every sub-window and sweeps the cache.
+// janitor advances the detector every sub-window, sweeps the cache, and
+// has the loops shrink their idle sessions.
 func (srv *Server) janitor(stop <-chan struct{}) {
 	tick := time.NewTicker(detector.Window / detector.SubWindows)
 	defer tick.Stop()
-	lastSweep := time.Now()
+	lastSweep, lastShrink := time.Now(), time.Now()
 	for {
 		select {
 		case <-stop:
@@ -279,6 +283,10 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
 				srv.cache.Sweep(srv.det.IsCold)
+			}
+			if now.Sub(lastShrink) >= shrinkEvery {
+				lastShrink = now
+				srv.sweepLoops()
 			}
 		}
 	}
@@ -383,6 +391,7 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		ident:  srv.ids.fresh(),
 	}
 	s.upLink = &upstreamLink{s: s}
+	s.loop.register(s)
 	c.SetContext(s)
 	srv.conns.Add(1)
 	srv.connsTotal.Add(1)

@@ -92,6 +92,7 @@ type readInfo struct {
 type session struct {
 	srv        *Server
 	loop       *loopState
+	loopIdx    int // in loop.sessions
 	client     gnet.Conn
 	up         gnet.Conn     // nil until the upstream connection is enrolled
 	closed     bool          // the client connection is closed (or closing)
@@ -384,6 +385,7 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 func (s *session) onClientClose() {
 	s.closed = true
 	s.untrack()
+	s.loop.unregister(s)
 	if s.up != nil && !s.gone {
 		_ = s.up.Close()
 	}
