@@ -156,8 +156,9 @@ type loopState struct {
 	heavy map[*session]struct{}
 	grown int64
 	held  int64
-	// sessions are the loop's open client sessions, for the idle sweep
-	// (sweep.go); session.loopIdx is each one's index.
+	// sessions are the loop's open client sessions (half-closed ones
+	// included), for the idle sweep (sweep.go); session.loopIdx is each
+	// one's index. Owned by the loop, like the scratch fields.
 	sessions []*session
 	// The fencer's Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
@@ -395,17 +396,17 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	c.SetContext(s)
 	srv.conns.Add(1)
 	srv.connsTotal.Add(1)
-	el := c.EventLoop()
-	go srv.dial(s, el)
+	go srv.dial(s, c)
 	return nil, gnet.None
 }
 
 // maxClientsReply is Redis's reply to a connection over maxclients.
 var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
 
-// dial connects the session's upstream and enrolls it on the client's
-// loop. Runs on its own goroutine: never dial on a loop.
-func (srv *Server) dial(s *session, el gnet.EventLoop) {
+// dial connects the upstream of the session of client c and enrolls it
+// on c's loop. Runs on its own goroutine: never dial on a loop.
+func (srv *Server) dial(s *session, c gnet.Conn) {
+	el := c.EventLoop()
 	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
 	if err == nil {
 		var ch <-chan gnet.RegisteredResult
@@ -422,9 +423,18 @@ func (srv *Server) dial(s *session, el gnet.EventLoop) {
 	}
 	srv.upstreamErrors.Add(1)
 	srv.log.Debug("upstream connection failed; closing client", zap.Error(err))
-	// Close is safe from any goroutine; a client of a Redis that is down
-	// sees its connection closed.
-	_ = s.client.Close()
+	// A client of a Redis that is down sees its connection closed. On the
+	// loop: the client may have shut down its side meanwhile (half.go).
+	err = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		if !s.closed {
+			s.closed = true
+			_ = s.client.Close()
+		}
+		return nil
+	}))
+	if err != nil {
+		_ = c.Close() // the engine is stopping; safe from any goroutine
+	}
 }
 
 // OnTraffic dispatches to the client or upstream side of a session.
@@ -438,12 +448,12 @@ func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	return gnet.Close
 }
 
-// OnClose tears down the session of either side.
-func (srv *Server) OnClose(c gnet.Conn, _ error) gnet.Action {
+// OnClose tears down the session of either side (or, for a client that
+// ended its side with work left for Redis, hands it to a halfConn).
+func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch v := c.Context().(type) {
 	case *session:
-		srv.conns.Add(-1)
-		v.onClientClose()
+		v.onClientClose(c, err)
 	case *upstreamLink:
 		v.s.onUpstreamClose()
 	}

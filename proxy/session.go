@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -87,16 +88,33 @@ type readInfo struct {
 	valueLen int
 }
 
+// clientConn is what a session uses of its client connection: the gnet
+// connection, or once the client has shut down its sending side, the
+// halfConn standing in for it (half.go).
+type clientConn interface {
+	Peek(n int) ([]byte, error)
+	Discard(n int) (int, error)
+	InboundBuffered() int
+	Write(p []byte) (int, error)
+	Writev(bs [][]byte) (int, error)
+	OutboundBuffered() int
+	SetLinger(sec int) error
+	Close() error
+	Wake(callback gnet.AsyncCallback) error
+	RemoteAddr() net.Addr
+}
+
 // session is one client connection and its upstream connection. Owned by
 // the event loop of both.
 type session struct {
 	srv        *Server
 	loop       *loopState
 	loopIdx    int // in loop.sessions
-	client     gnet.Conn
+	client     clientConn
 	up         gnet.Conn     // nil until the upstream connection is enrolled
 	closed     bool          // the client connection is closed (or closing)
 	upClosed   bool          // the upstream connection is closed
+	upShut     bool          // the upstream connection is shut down for writing (half.go)
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	gone       bool          // both sides are being torn down; release done
@@ -377,12 +395,27 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	s.up = c
-	s.processClient()
+	if _, half := s.client.(*halfConn); half {
+		s.halfProgress()
+	} else {
+		s.processClient()
+	}
 	return gnet.None
 }
 
-// onClientClose tears the session down after the client went away.
-func (s *session) onClientClose() {
+// onClientClose handles the end of the gnet client connection c: if the
+// client ended it with work left for Redis, the session goes on without
+// it (halfClose); otherwise it is torn down.
+func (s *session) onClientClose(c gnet.Conn, err error) {
+	if err != nil && s.halfClose(c, err) {
+		return
+	}
+	s.finishClose()
+}
+
+// finishClose tears the session down once its client connection is gone.
+func (s *session) finishClose() {
+	s.srv.conns.Add(-1)
 	s.closed = true
 	s.untrack()
 	s.loop.unregister(s)
@@ -393,10 +426,17 @@ func (s *session) onClientClose() {
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
-// (QUIT, CLIENT KILL, a restart): the client sees the same close.
+// (QUIT, CLIENT KILL, a restart): the client sees the same close. A
+// half-closed client is closed at once: Redis read its EOF and freed it,
+// dropping any reply not yet written, and so does Cicada.
 func (s *session) onUpstreamClose() {
 	s.upClosed = true
 	s.release()
+	if _, half := s.client.(*halfConn); half && !s.closed {
+		s.closed = true
+		_ = s.client.Close()
+		return
+	}
 	s.closeWhenFlushed()
 }
 
