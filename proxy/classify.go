@@ -74,7 +74,8 @@ func (s *session) onCommand(n int) decision {
 	case "reset":
 		sl.act = actReset
 		pauseAfter = true
-		s.sendMulti, s.txState, s.txEffects = false, false, s.txEffects[:0]
+		s.sendMulti, s.txState = false, false
+		s.clearTxEffects()
 		s.opaqueDBUnknown = s.opaqueSend
 	case "multi":
 		sl.act = actMulti
@@ -87,7 +88,8 @@ func (s *session) onCommand(n int) decision {
 		s.txInFlight++
 	case "discard":
 		sl.act = actDiscard
-		s.sendMulti, s.txState, s.txEffects = false, false, s.txEffects[:0]
+		s.sendMulti, s.txState = false, false
+		s.clearTxEffects()
 		s.txInFlight++
 	case "auth":
 		sl.act, sl.user, sl.auth = actAuth, "default", true
@@ -198,7 +200,9 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 		// Redis confirmed MULTI and nothing can end it before this
 		// command: it is queued, and runs at EXEC.
 		for _, k := range keys {
-			s.txEffects = append(s.txEffects, txEffect{db: k.db, key: clone(k.key)})
+			key := clone(k.key)
+			s.txKeyBytes += int64(cap(key))
+			s.txEffects = append(s.txEffects, txEffect{db: k.db, key: key})
 		}
 		if h != holdNone {
 			s.txEffects = append(s.txEffects, txEffect{hold: h})
@@ -225,6 +229,12 @@ type txEffect struct {
 	hold hold
 }
 
+// clearTxEffects forgets the effects of the queued transaction.
+func (s *session) clearTxEffects() {
+	clear(s.txEffects) // drop the keys: the slice's storage is reused
+	s.txEffects, s.txKeyBytes = s.txEffects[:0], 0
+}
+
 // applyTxEffects applies the deferred effects of the transaction to the
 // EXEC being sent: its slot then holds them until EXEC's reply.
 func (s *session) applyTxEffects(sl *slot) {
@@ -237,7 +247,7 @@ func (s *session) applyTxEffects(sl *slot) {
 		}
 		keys = append(keys, commandKey{db: e.db, key: e.key})
 	}
-	s.txEffects = s.txEffects[:0]
+	s.clearTxEffects()
 	if s.opaqueSend {
 		s.applyOpaque(keys, h, false)
 		return

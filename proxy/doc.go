@@ -67,10 +67,23 @@
 // local answers at once, forwarded ones when their reply has been framed.
 // With no session, the request path pays one atomic load (Tracker.On).
 //
+// # Closing
+//
+// Cicada closes a client that reaches a limit at once, with a reset
+// (limits.go). When Redis closes the upstream connection, the client is
+// closed once its replies are written. When the client ends its side
+// with work left for Redis (a half-close, or a reset with requests not
+// yet forwarded), the session goes on without the gnet connection until
+// Redis has read everything and closed (half.go). Idle sessions give
+// back what large commands grew (sweep.go).
+//
 // # Ownership
 //
-// A session and both its gnet connections are touched only by their event
-// loop. Server fields are set before the engine starts or are atomics,
-// except the HOTKEYS state (hotkeys.Tracker: per-loop shares with their
-// own mutexes) and permCache (its mutex), both off the request path.
+// A session and both its gnet connections (or the halfConn standing in
+// for the client) are touched only by their event loop, as is the loop's
+// list of sessions; the janitor reaches a loop through
+// EventLoop.Execute. Server fields are set before the engine starts or
+// are atomics, except the HOTKEYS state (hotkeys.Tracker: per-loop shares
+// with their own mutexes) and permCache (its mutex), both off the request
+// path.
 package proxy

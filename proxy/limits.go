@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"slices"
+	"unsafe"
 
 	"go.uber.org/zap"
 )
@@ -22,10 +23,50 @@ var closeReasonNames = [closeReasons]string{"query-buffer-limit", "output-buffer
 
 func (r closeReason) String() string { return closeReasonNames[r] }
 
-// heavyBytes is how much a connection must hold (unread replies plus
-// unparsed requests) to be counted against max-client-memory; lighter
-// connections are not tracked.
+// heavyBytes is how much a connection must hold (see holding) to be
+// counted against max-client-memory; lighter connections are not tracked.
 const heavyBytes = 64 << 10
+
+// What Cicada's bookkeeping of one request Redis has not answered costs,
+// in bytes: a slot, a write stripe, a GET/HGET followed for a fill or a
+// proof (plus its key and field), an effect or state change queued in a
+// transaction (plus its key).
+const (
+	slotBytes      = int64(unsafe.Sizeof(slot{}))
+	stripeBytes    = int64(unsafe.Sizeof(uint32(0)))
+	readInfoBytes  = int64(unsafe.Sizeof(readInfo{}))
+	txEffectBytes  = int64(unsafe.Sizeof(txEffect{}))
+	queuedActBytes = int64(unsafe.Sizeof(queuedAct{}))
+)
+
+// backlog is what the client's requests hold in Cicada once parsed and
+// until Redis answers them: the bytes queued on the upstream connection
+// (gnet's outbound buffer, which grows while Redis does not read, as
+// during a long script) and the bookkeeping of every request forwarded
+// and not yet answered (its slot, 56 bytes, and what it follows). Redis
+// would hold those requests unread in its socket, or read and not yet
+// processed in its query buffer: the backlog counts towards
+// client-query-buffer-limit as well as max-client-memory.
+func (s *session) backlog() int64 {
+	b := int64(s.slots.cap())*slotBytes + int64(s.writes.cap())*stripeBytes + s.readBytes +
+		int64(cap(s.txEffects))*txEffectBytes + s.txKeyBytes + int64(cap(s.multiActs))*queuedActBytes +
+		int64(cap(s.multiStripes))*stripeBytes
+	if s.up != nil && !s.upClosed {
+		b += int64(s.up.OutboundBuffered())
+	}
+	return b
+}
+
+// holding is everything Cicada holds for the client: replies it has not
+// read, requests not yet parsed, and the backlog.
+func (s *session) holding() int64 {
+	return int64(s.client.OutboundBuffered()+s.client.InboundBuffered()) + s.backlog()
+}
+
+// readInfoSize is what a followed GET/HGET holds while it is in flight.
+func readInfoSize(ri *readInfo) int64 {
+	return readInfoBytes + int64(cap(ri.key)+cap(ri.field))
+}
 
 // sumEvery is how many bytes the loop's heavy connections may grow by
 // before their holdings are summed again.
@@ -33,14 +74,24 @@ const sumEvery = 1 << 20
 
 // closeFor closes the client for exceeding a limit, as Redis does: at
 // once, unsent replies dropped, with a log line.
-func (s *session) closeFor(why closeReason, held int) {
+//
+// Redis drops the replies it has not written (it evicts or applies an
+// output limit before it writes a batch's replies, so an evicted client
+// of a pipeline gets none). Cicada has written some to the socket by
+// then: up to the send buffer the kernel grew for it (4 MB on loopback),
+// and gnet writes what it can of its own buffer when it closes. A
+// graceful close would deliver all of that; an abortive one (SO_LINGER
+// 0, so close sends a reset) discards it, and the client gets only what
+// had already reached its own receive buffer, then ECONNRESET.
+func (s *session) closeFor(why closeReason, held int64) {
 	if s.closed {
 		return
 	}
 	s.srv.closedFor[why].Add(1)
 	s.srv.log.Warn("closing client", zap.Stringer("reason", why),
-		zap.String("client", s.client.RemoteAddr().String()), zap.Int("bytes", held))
+		zap.String("client", s.client.RemoteAddr().String()), zap.Int64("bytes", held))
 	s.closed = true
+	_ = s.client.SetLinger(0)
 	_ = s.client.Close() // its buffers stay counted in loop.heavy until release
 }
 
@@ -63,14 +114,14 @@ func (s *session) checkOutput() bool {
 		n := int64(out)
 		switch {
 		case hard > 0 && n >= hard:
-			s.closeFor(closeOutputBuffer, out)
+			s.closeFor(closeOutputBuffer, n)
 			return true
 		case soft > 0 && n >= soft:
 			now := s.srv.clock.Load() + 1 // never 0, which means unset
 			if s.softSince == 0 {
 				s.softSince = now
 			} else if now-s.softSince > int64(softFor) {
-				s.closeFor(closeOutputBuffer, out)
+				s.closeFor(closeOutputBuffer, n)
 				return true
 			}
 		default:
@@ -80,8 +131,8 @@ func (s *session) checkOutput() bool {
 	return s.chargeMemory()
 }
 
-// chargeMemory tracks the client's holdings (unread replies, unparsed
-// requests) against max-client-memory, as Redis 7's client eviction does.
+// chargeMemory tracks the client's holdings (see holding) against
+// max-client-memory, as Redis 7's client eviction does.
 // When the loop's heavy connections have grown by sumEvery since they were
 // last summed, it sums them (connections being closed too: gnet frees
 // their buffers only once the close runs) into the server's total over
@@ -95,7 +146,7 @@ func (s *session) chargeMemory() bool {
 		return false
 	}
 	l := s.loop
-	held := int64(s.client.OutboundBuffered() + s.client.InboundBuffered())
+	held := s.holding()
 	grew := held > s.held
 	if grew {
 		l.grown += held - s.held
@@ -111,7 +162,7 @@ func (s *session) chargeMemory() bool {
 		return false
 	}
 	if grew && s.srv.clientHeld.Load() > budget {
-		s.closeFor(closeClientMemory, int(held))
+		s.closeFor(closeClientMemory, held)
 		return true
 	}
 	if l.grown < sumEvery {
@@ -122,7 +173,7 @@ func (s *session) chargeMemory() bool {
 	var sum int64
 	for h := range l.heavy {
 		if !h.closed {
-			h.held = int64(h.client.OutboundBuffered() + h.client.InboundBuffered())
+			h.held = h.holding()
 			if h.held < heavyBytes {
 				delete(l.heavy, h)
 				continue
@@ -142,7 +193,7 @@ func (s *session) chargeMemory() bool {
 			break
 		}
 		total -= h.held
-		h.closeFor(closeClientMemory, int(h.held))
+		h.closeFor(closeClientMemory, h.held)
 	}
 	return s.closed
 }

@@ -29,6 +29,42 @@ func TestRing(t *testing.T) {
 	}
 }
 
+// TestRingBacklog: a backlog of 100,000 is queued and drained in waves;
+// the storage follows it (within a chunk and the spare) and an emptied
+// ring shrinks to nothing.
+func TestRingBacklog(t *testing.T) {
+	var r ring[int]
+	next, want := 0, 0
+	for _, backlog := range []int{100000, 10, 5000, 0, 100000} {
+		for r.len() < backlog {
+			r.push(next)
+			next++
+		}
+		for r.len() > backlog {
+			if got := r.pop(); got != want {
+				t.Fatalf("pop = %d, want %d", got, want)
+			}
+			want++
+		}
+		if slack := r.cap() - r.len(); slack < 0 || slack > 3*ringChunkMax {
+			t.Fatalf("backlog %d: cap %d, len %d; want cap - len in [0, %d]", backlog, r.cap(), r.len(), 3*ringChunkMax)
+		}
+	}
+	for r.len() > 0 {
+		if got := r.pop(); got != want {
+			t.Fatalf("pop = %d, want %d", got, want)
+		}
+		want++
+	}
+	if !r.shrink() || r.cap() != 0 {
+		t.Fatalf("shrink of an empty ring: cap %d, want 0", r.cap())
+	}
+	r.push(1)
+	if r.shrink() || r.cap() != 8 || r.pop() != 1 {
+		t.Fatalf("a ring of one: cap %d (want 8), shrunk while holding an element", r.cap())
+	}
+}
+
 func TestParseHello(t *testing.T) {
 	tests := []struct {
 		args  []string // "<nil>" stands for an uncaptured argument
@@ -112,6 +148,48 @@ func TestHKKey(t *testing.T) {
 		}
 		if got := string(hkKey(args, int64(len(args)))); got != tt.want {
 			t.Errorf("hkKey(%q) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+// TestLoopSessions: sessions leave the loop's list in any order, and the
+// others keep their index.
+func TestLoopSessions(t *testing.T) {
+	var l loopState
+	ss := make([]*session, 100)
+	for i := range ss {
+		ss[i] = &session{}
+		l.register(ss[i])
+	}
+	for _, i := range []int{50, 0, 99, 98, 10} {
+		l.unregister(ss[i])
+		ss[i] = nil
+	}
+	for i := range 95 {
+		l.unregister(l.sessions[len(l.sessions)/2])
+		for j, s := range l.sessions {
+			if s.loopIdx != j {
+				t.Fatalf("after %d removals: session at %d has index %d", i+6, j, s.loopIdx)
+			}
+		}
+	}
+	if len(l.sessions) != 0 {
+		t.Fatalf("%d sessions left, want 0", len(l.sessions))
+	}
+}
+
+// TestRingAt: at(i) is the i-th oldest element across chunk boundaries.
+func TestRingAt(t *testing.T) {
+	var r ring[int]
+	for i := range 1000 {
+		r.push(i)
+	}
+	for range 300 {
+		r.pop()
+	}
+	for i := 0; i < r.len(); i++ {
+		if got := *r.at(i); got != 300+i {
+			t.Fatalf("at(%d) = %d, want %d", i, got, 300+i)
 		}
 	}
 }

@@ -81,7 +81,11 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	}
 	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
 		s.paused = false
-		s.processClient()
+		if _, half := s.client.(*halfConn); half {
+			s.halfProgress()
+		} else {
+			s.processClient()
+		}
 	}
 	return gnet.None
 }

@@ -73,9 +73,12 @@ type Config struct {
 	// DialTimeout bounds the upstream connection attempt made for each
 	// client; 0 means 2 s.
 	DialTimeout time.Duration
-	// QueryBufferLimit is how many bytes a client may have buffered in
-	// Cicada (unparsed, or waiting behind a paused request) before it is
-	// closed, like Redis's client-query-buffer-limit; 0 means 1 GiB.
+	// QueryBufferLimit is how many bytes a client's requests may hold in
+	// Cicada until Redis answers them before the client is closed, like
+	// Redis's client-query-buffer-limit: requests unparsed or waiting
+	// behind a paused one, bytes queued on the upstream connection, and
+	// the bookkeeping of requests in flight (see session.backlog); 0 means
+	// 1 GiB.
 	QueryBufferLimit int64
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients: one more is answered "-ERR max number of clients
@@ -85,7 +88,7 @@ type Config struct {
 	// gnet stops serving.
 	MaxClients int
 	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
-	// they have not read and requests not yet parsed or forwarded, counted
+	// they have not read and requests Redis has not answered, counted
 	// over connections holding at least heavyBytes, as Redis 7's
 	// maxmemory-clients bounds client memory. Over it, the event loop that
 	// sees it closes its clients holding the most. 0 means no bound.
@@ -163,6 +166,10 @@ type loopState struct {
 	heavy map[*session]struct{}
 	grown int64
 	held  int64
+	// sessions are the loop's open client sessions (half-closed ones
+	// included), for the idle sweep (sweep.go); session.loopIdx is each
+	// one's index. Owned by the loop, like the scratch fields.
+	sessions []*session
 	// The fencer's Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
@@ -274,12 +281,13 @@ func (srv *Server) Run() error {
 // Booted is closed once the listener is up (or Run failed).
 func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 
-// janitor advances the detector every sub-window, sweeps the cache and
-// ends a HOTKEYS session whose DURATION has passed.
+// janitor advances the detector every sub-window, sweeps the cache, ends a
+// HOTKEYS session whose DURATION has passed, and has the loops shrink
+// their idle sessions.
 func (srv *Server) janitor(stop <-chan struct{}) {
 	tick := time.NewTicker(detector.Window / detector.SubWindows)
 	defer tick.Stop()
-	lastSweep := time.Now()
+	lastSweep, lastShrink := time.Now(), time.Now()
 	for {
 		select {
 		case <-stop:
@@ -292,6 +300,10 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
 				srv.cache.Sweep(srv.det.IsCold)
+			}
+			if now.Sub(lastShrink) >= shrinkEvery {
+				lastShrink = now
+				srv.sweepLoops()
 			}
 		}
 	}
@@ -396,20 +408,21 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	s.setFresh()
 	s.upLink = &upstreamLink{s: s}
+	s.loop.register(s)
 	c.SetContext(s)
 	srv.conns.Add(1)
 	srv.connsTotal.Add(1)
-	el := c.EventLoop()
-	go srv.dial(s, el)
+	go srv.dial(s, c)
 	return nil, gnet.None
 }
 
 // maxClientsReply is Redis's reply to a connection over maxclients.
 var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
 
-// dial connects the session's upstream and enrolls it on the client's
-// loop. Runs on its own goroutine: never dial on a loop.
-func (srv *Server) dial(s *session, el gnet.EventLoop) {
+// dial connects the upstream of the session of client c and enrolls it
+// on c's loop. Runs on its own goroutine: never dial on a loop.
+func (srv *Server) dial(s *session, c gnet.Conn) {
+	el := c.EventLoop()
 	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
 	if err == nil {
 		var ch <-chan gnet.RegisteredResult
@@ -426,9 +439,18 @@ func (srv *Server) dial(s *session, el gnet.EventLoop) {
 	}
 	srv.upstreamErrors.Add(1)
 	srv.log.Debug("upstream connection failed; closing client", zap.Error(err))
-	// Close is safe from any goroutine; a client of a Redis that is down
-	// sees its connection closed.
-	_ = s.client.Close()
+	// A client of a Redis that is down sees its connection closed. On the
+	// loop: the client may have shut down its side meanwhile (half.go).
+	err = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		if !s.closed {
+			s.closed = true
+			_ = s.client.Close()
+		}
+		return nil
+	}))
+	if err != nil {
+		_ = c.Close() // the engine is stopping; safe from any goroutine
+	}
 }
 
 // OnTraffic dispatches to the client or upstream side of a session.
@@ -442,12 +464,12 @@ func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	return gnet.Close
 }
 
-// OnClose tears down the session of either side.
-func (srv *Server) OnClose(c gnet.Conn, _ error) gnet.Action {
+// OnClose tears down the session of either side (or, for a client that
+// ended its side with work left for Redis, hands it to a halfConn).
+func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch v := c.Context().(type) {
 	case *session:
-		srv.conns.Add(-1)
-		v.onClientClose()
+		v.onClientClose(c, err)
 	case *upstreamLink:
 		v.s.onUpstreamClose()
 	}

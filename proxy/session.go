@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -89,15 +90,33 @@ type readInfo struct {
 	valueLen int
 }
 
+// clientConn is what a session uses of its client connection: the gnet
+// connection, or once the client has shut down its sending side, the
+// halfConn standing in for it (half.go).
+type clientConn interface {
+	Peek(n int) ([]byte, error)
+	Discard(n int) (int, error)
+	InboundBuffered() int
+	Write(p []byte) (int, error)
+	Writev(bs [][]byte) (int, error)
+	OutboundBuffered() int
+	SetLinger(sec int) error
+	Close() error
+	Wake(callback gnet.AsyncCallback) error
+	RemoteAddr() net.Addr
+}
+
 // session is one client connection and its upstream connection. Owned by
 // the event loop of both.
 type session struct {
 	srv        *Server
 	loop       *loopState
-	client     gnet.Conn
+	loopIdx    int // in loop.sessions
+	client     clientConn
 	up         gnet.Conn     // nil until the upstream connection is enrolled
 	closed     bool          // the client connection is closed (or closing)
 	upClosed   bool          // the upstream connection is closed
+	upShut     bool          // the upstream connection is shut down for writing (half.go)
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	gone       bool          // both sides are being torn down; release done
@@ -165,6 +184,8 @@ type session struct {
 	// Limits (limits.go).
 	softSince    int64 // clock+1 when unread replies reached the soft limit, 0 if below
 	held         int64 // bytes held for the client at its last charge
+	readBytes    int64 // held by the readInfo of queued slots
+	txKeyBytes   int64 // held by the keys in txEffects
 	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
 
 	// Upstream latency (latency.go): the request being timed is the
@@ -184,6 +205,9 @@ type session struct {
 // queue appends a slot; every queued slot counts in the loop's in-flight
 // gauge until dequeue.
 func (s *session) queue(sl slot) {
+	if sl.read != nil {
+		s.readBytes += readInfoSize(sl.read)
+	}
 	s.slots.push(sl)
 	s.loop.stats.inflight.Add(1)
 	s.timeRequest()
@@ -193,7 +217,11 @@ func (s *session) queue(sl slot) {
 func (s *session) dequeue() slot {
 	s.loop.stats.inflight.Add(-1)
 	s.replyArrived()
-	return s.slots.pop()
+	sl := s.slots.pop()
+	if sl.read != nil {
+		s.readBytes -= readInfoSize(sl.read)
+	}
+	return sl
 }
 
 // upstreamLink is the gnet context of an upstream connection.
@@ -223,10 +251,12 @@ func (s *session) onClientTraffic() gnet.Action {
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	if in := s.client.InboundBuffered(); int64(in) > s.srv.cfg.QueryBufferLimit {
-		s.closeFor(closeQueryBuffer, in) // Redis: "closing client that reached max query buffer length"
+	// What the client sent and Redis has not processed: unparsed, or
+	// parsed and waiting to go to Redis or for its answer.
+	if q := int64(s.client.InboundBuffered()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
+		s.closeFor(closeQueryBuffer, q) // Redis: "closing client that reached max query buffer length"
 		return gnet.None
-	} else if in >= heavyBytes && s.chargeMemory() {
+	} else if q >= heavyBytes && s.chargeMemory() {
 		return gnet.None
 	}
 	if s.up == nil || s.paused || s.srv.draining.Load() {
@@ -386,14 +416,30 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	s.up = c
-	s.processClient()
+	if _, half := s.client.(*halfConn); half {
+		s.halfProgress()
+	} else {
+		s.processClient()
+	}
 	return gnet.None
 }
 
-// onClientClose tears the session down after the client went away.
-func (s *session) onClientClose() {
+// onClientClose handles the end of the gnet client connection c: if the
+// client ended it with work left for Redis, the session goes on without
+// it (halfClose); otherwise it is torn down.
+func (s *session) onClientClose(c gnet.Conn, err error) {
+	if err != nil && s.halfClose(c, err) {
+		return
+	}
+	s.finishClose()
+}
+
+// finishClose tears the session down once its client connection is gone.
+func (s *session) finishClose() {
+	s.srv.conns.Add(-1)
 	s.closed = true
 	s.untrack()
+	s.loop.unregister(s)
 	if s.up != nil && !s.gone {
 		_ = s.up.Close()
 	}
@@ -401,10 +447,17 @@ func (s *session) onClientClose() {
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
-// (QUIT, CLIENT KILL, a restart): the client sees the same close.
+// (QUIT, CLIENT KILL, a restart): the client sees the same close. A
+// half-closed client is closed at once: Redis read its EOF and freed it,
+// dropping any reply not yet written, and so does Cicada.
 func (s *session) onUpstreamClose() {
 	s.upClosed = true
 	s.release()
+	if _, half := s.client.(*halfConn); half && !s.closed {
+		s.closed = true
+		_ = s.client.Close()
+		return
+	}
 	s.closeWhenFlushed()
 }
 
@@ -479,7 +532,8 @@ func (s *session) abandonTx() {
 		cache.Resume()
 	}
 	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
-	s.txEffects, s.multiRules = s.txEffects[:0], false
+	s.clearTxEffects()
+	s.multiRules = false
 }
 
 // releaseWrites ends the n oldest in-flight writes.

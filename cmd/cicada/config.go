@@ -131,10 +131,11 @@ type Config struct {
 	// directly): the longest one can go unseen. Default 100ms; must be
 	// between 10ms and 1m.
 	CommandstatsInterval time.Duration `koanf:"commandstats-interval"`
-	// ClientQueryBufferLimit is how many bytes a client may have buffered,
-	// unparsed or not yet forwarded, before Cicada closes it, like Redis's
-	// client-query-buffer-limit. Default 1073741824 (1 GiB); must be at
-	// least 1mb (1048576), Redis's minimum.
+	// ClientQueryBufferLimit is how many bytes a client's requests may hold
+	// in Cicada until Redis answers them (unparsed, waiting to be sent to
+	// Redis, and the bookkeeping of those in flight) before Cicada closes
+	// it, like Redis's client-query-buffer-limit. Default 1073741824
+	// (1 GiB); must be at least 1mb (1048576), Redis's minimum.
 	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients. Default 10000; lowered at start to what the
@@ -142,7 +143,7 @@ type Config struct {
 	// does.
 	MaxClients int `koanf:"maxclients"`
 	// MaxClientMemory bounds the bytes Cicada holds for all clients
-	// (replies they have not read, requests not yet parsed), like Redis 7's
+	// (replies they have not read, requests Redis has not answered), like Redis 7's
 	// maxmemory-clients: over it, the clients holding the most are closed.
 	// Default 1073741824 (1 GiB); 0 means no bound.
 	MaxClientMemory int64 `koanf:"max-client-memory"`
@@ -188,9 +189,9 @@ var settings = []setting{
 	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
 	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
 	{key: "commandstats-interval", def: 100 * time.Millisecond, usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
-	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client may have buffered unparsed or unforwarded before it is closed"},
+	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
 	{key: "maxclients", def: 10000, usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
-	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unparsed requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
+	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unanswered requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
 	{key: "log-level", def: "info", usage: "debug, info, warn or error"},
 	{key: "log-format", def: "json", usage: "json or console"},
 }

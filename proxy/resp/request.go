@@ -93,7 +93,7 @@ func NewRequestParser(maxBulkLen int64) *RequestParser {
 		captureArg:   DefaultCaptureArg,
 		captureTotal: DefaultCaptureTotal,
 		captureArgs:  DefaultCaptureArgs,
-		buf:          make([]byte, 0, 256),
+		buf:          make([]byte, 0, initialBuf),
 	}
 }
 
@@ -228,6 +228,34 @@ func (p *RequestParser) partial(n int, r Result) (int, Result) {
 func (p *RequestParser) failAt(msg string, end int) Result {
 	p.err, p.errEnd = msg, end
 	return ProtocolError
+}
+
+// Initial and kept sizes of a parser's argument buffers: Shrink frees
+// buffers grown past shrinkBuf bytes or shrinkArgs arguments.
+const (
+	initialBuf = 256
+	shrinkBuf  = 4096
+	shrinkArgs = 64
+)
+
+// Shrink lets go of argument buffers a large command grew (up to
+// DefaultCaptureTotal bytes and DefaultCaptureArgs arguments, about
+// 100 KB), for a connection gone idle; the next large command grows them
+// again. It does nothing while a streamed command is in progress. Args
+// of the last command are invalid after it. It reports whether it freed
+// anything.
+func (p *RequestParser) Shrink() bool {
+	if p.streaming {
+		return false
+	}
+	freed := false
+	if cap(p.buf) > shrinkBuf {
+		p.buf, freed = make([]byte, 0, initialBuf), true
+	}
+	if cap(p.offs) > shrinkArgs || cap(p.args) > shrinkArgs {
+		p.offs, p.lens, p.args, freed = nil, nil, nil, true
+	}
+	return freed
 }
 
 func (p *RequestParser) reset() {

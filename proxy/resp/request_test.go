@@ -294,3 +294,41 @@ func BenchmarkParseGet(b *testing.B) {
 		p.Parse(in)
 	}
 }
+
+// TestRequestParserShrink: after a command of 1,000 arguments, Shrink
+// lets the argument buffers go and parsing goes on; in the middle of a
+// streamed command it keeps them.
+func TestRequestParserShrink(t *testing.T) {
+	p := NewRequestParser(0)
+	args := [][]byte{[]byte("SADD"), []byte("s")}
+	for i := range 998 {
+		args = append(args, []byte(fmt.Sprintf("member-%050d", i)))
+	}
+	big := AppendCommand(nil, args...)
+	if n, r := p.Parse(big); r != Complete || n != len(big) || p.Argc() != 1000 {
+		t.Fatalf("Parse(1,000 arguments) = %d, %v, argc %d", n, r, p.Argc())
+	}
+	if !p.Shrink() || cap(p.buf) > shrinkBuf || cap(p.offs) > shrinkArgs {
+		t.Fatalf("Shrink after 1,000 arguments: buf %d, offs %d", cap(p.buf), cap(p.offs))
+	}
+	if p.Shrink() {
+		t.Fatal("a second Shrink reported freeing something")
+	}
+	small := AppendCommand(nil, []byte("GET"), []byte("k"))
+	if n, r := p.Parse(small); r != Complete || n != len(small) || string(bytes.Join(p.Args(), []byte(" "))) != "GET k" {
+		t.Fatalf("Parse(GET k) after Shrink = %d, %v, %q", n, r, p.Args())
+	}
+	// Streamed: an argument over the capture limit, half sent.
+	streamed := AppendCommand(nil, []byte("SET"), []byte("k"), bytes.Repeat([]byte("v"), DefaultCaptureArg+1))
+	half := len(streamed) - 100
+	n, r := p.Parse(streamed[:half])
+	if r != NeedMore || !p.Streaming() {
+		t.Fatalf("Parse(half a streamed SET) = %d, %v, streaming %v", n, r, p.Streaming())
+	}
+	if p.Shrink() {
+		t.Fatal("Shrink freed buffers of a streamed command in progress")
+	}
+	if m, r := p.Parse(streamed[n:]); r != Complete || n+m != len(streamed) || string(p.Args()[0]) != "SET" || string(p.Args()[1]) != "k" {
+		t.Fatalf("the rest of the streamed SET = %d, %v, %q", m, r, p.Args())
+	}
+}

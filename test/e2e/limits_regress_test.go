@@ -14,6 +14,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/proxy/resp"
 	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // dialSmall dials addr with a small receive buffer so that unread replies
@@ -214,5 +215,64 @@ func TestMaxClientMemoryIsGlobal(t *testing.T) {
 	if n, err := readReplies(c, 6, false); err != nil {
 		t.Errorf("lone client reading 6 MB late, budget 16 MB: %d/6 replies, %v; max-client-memory closes %v",
 			n, err, closedClients(t, p, "max-client-memory"))
+	}
+}
+
+// TestMaxClientMemoryDropsUnsent: 4 clients each pipeline 50 GETs of a
+// 1 MB value and read nothing, with a 10 MB bound on client memory.
+// Redis (maxmemory-clients) evicts each before writing any reply; Cicada
+// has written some by the time the replies it holds pass the bound, but
+// its close must discard them: a client gets no more than its own
+// receive buffer had taken in (a regression: the 4 MB Cicada's socket
+// held still arrived, then EOF).
+func TestMaxClientMemoryDropsUnsent(t *testing.T) {
+	direct := redistest.Start(t, "--maxmemory-clients", "10mb")
+	r, p := newProxied(t, cicadatest.Options{MaxClientMemory: 10 << 20})
+	for _, addr := range []string{direct.Addr, r.Addr} {
+		mustDo(t, client(t, addr, 2), "SET", "big", strings.Repeat("b", 1<<20))
+	}
+	for _, target := range []struct{ name, addr string }{{"Redis", direct.Addr}, {"Cicada", p.Addr}} {
+		type result struct {
+			got, rcvbuf int
+			err         error
+		}
+		results := make(chan result, 4)
+		for range 4 {
+			go func() {
+				c, err := net.Dial("tcp", target.addr)
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				defer c.Close()
+				rcvbuf := 0
+				if raw, err := c.(*net.TCPConn).SyscallConn(); err == nil {
+					_ = raw.Control(func(fd uintptr) {
+						rcvbuf, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+					})
+				}
+				if _, err := c.Write(gets("big", 50)); err != nil {
+					results <- result{err: err}
+					return
+				}
+				time.Sleep(time.Second)
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got, err := io.Copy(io.Discard, c)
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					err = fmt.Errorf("not closed: %w", err)
+				} else {
+					err = nil // EOF or a reset: closed
+				}
+				results <- result{int(got), rcvbuf, err}
+			}()
+		}
+		for range 4 {
+			res := <-results
+			t.Logf("via %s: an evicted client received %d bytes (its receive buffer: %d)", target.name, res.got, res.rcvbuf)
+			if res.err != nil || res.got > res.rcvbuf {
+				t.Errorf("via %s: a client of 50 unread GETs of 1 MB (10 MB bound) received %d bytes, %v; want closed, at most its receive buffer (%d)",
+					target.name, res.got, res.err, res.rcvbuf)
+			}
+		}
 	}
 }

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+)
+
+// halfClosed connects to addr, sends req, shuts its sending side down
+// (what `printf ... | nc -N` does), waits wait, and reads until the server
+// closes the connection. It returns what it read, and err if the server
+// did not close within 5 s.
+func halfClosed(addr, req string, wait time.Duration) ([]byte, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(req)); err != nil {
+		return nil, err
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return nil, err
+	}
+	time.Sleep(wait)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	return io.ReadAll(c)
+}
+
+// TestHalfClose: a client that sends requests and shuts down its sending
+// side gets, through Cicada as from Redis, the replies to everything it
+// sent, then EOF; and every write it sent executes. Redis processes what
+// it read and frees the client when it reads the EOF, so a blocking
+// command's reply, a transaction never EXECed and an incomplete request
+// are dropped. A regression: Cicada closed the session at the client's
+// EOF, and of 100 clients sending a SET and an ECHO, 4-5 got their
+// replies and 15-21 SETs executed.
+func TestHalfClose(t *testing.T) {
+	pair := newPair(t, nil, cicadatest.Options{})
+	pair.LoadSample(t)
+
+	// 100 at once, as many arriving while Cicada still dials Redis.
+	const n = 100
+	for _, target := range []struct{ name, addr, redis string }{
+		{"Redis", pair.Direct.Addr, pair.Direct.Addr}, {"Cicada", pair.Proxy.Addr, pair.Behind.Addr},
+	} {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		full := 0
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := halfClosed(target.addr, fmt.Sprintf("SET hc%d w\r\nECHO reply\r\n", i), 0)
+				if err == nil && string(got) == "+OK\r\n$5\r\nreply\r\n" {
+					mu.Lock()
+					full++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		keys := 0
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			ks, err := client(t, target.redis, 2).Keys(context.Background(), "hc*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keys = len(ks); keys == n || time.Now().After(deadline) {
+				break
+			}
+		}
+		if full != n || keys != n {
+			t.Errorf("via %s: %d clients sent SET and ECHO and shut down their side: %d got both replies, %d SETs executed; want %d and %d",
+				target.name, n, full, keys, n, n)
+		}
+	}
+
+	// One connection at a time, byte for byte against Redis.
+	for _, tc := range []struct{ name, req string }{
+		{"blocking command dropped", "PING\r\nBLPOP nolist 0\r\n"},
+		{"cached read behind a forwarded one", cmds([]string{"INCR", "counter"}, []string{"GET", "hot"}, []string{"GET", "hot"})},
+		{"incomplete request", "PING\r\n*2\r\n$3\r\nGET\r\n$3\r\nho"},
+		{"subscribe", cmd("SUBSCRIBE", "ch")},
+		{"QUIT", "PING\r\nQUIT\r\nPING\r\n"},
+		{"protocol error", "PING\r\n*abc\r\nPING\r\n"},
+		{"transaction never executed", cmds([]string{"MULTI"}, []string{"SET", "tx", "1"}) + cmd("GET", "tx")},
+		{"SELECT then cached read", cmds([]string{"SELECT", "0"}, []string{"GET", "hot"}, []string{"HGET", "h", "f"})},
+	} {
+		want, werr := halfClosed(pair.Direct.Addr, tc.req, 0)
+		got, gerr := halfClosed(pair.Proxy.Addr, tc.req, 0)
+		if werr != nil || gerr != nil || string(got) != string(want) {
+			t.Errorf("%s, then the client's side shut down: via Cicada %q (%v), Redis %q (%v)", tc.name, got, gerr, want, werr)
+		}
+	}
+	if v := mustDo(t, client(t, pair.Behind.Addr, 2), "EXISTS", "tx"); v != int64(0) {
+		t.Errorf("a transaction never EXECed ran through Cicada: EXISTS tx = %v", v)
+	}
+
+	// Replies larger than the sockets take, the client reading late:
+	// Redis frees the client at its EOF and drops what it had not
+	// written; so must Cicada, rather than keep them.
+	big := strings.Repeat("b", 1<<20)
+	pair.Both(t, []string{"SET", "big", big})
+	req := strings.Repeat(cmd("GET", "big"), 20)
+	want, werr := halfClosed(pair.Direct.Addr, req, 500*time.Millisecond)
+	got, gerr := halfClosed(pair.Proxy.Addr, req, 500*time.Millisecond)
+	all := strings.Repeat("$1048576\r\n"+big+"\r\n", 20)
+	t.Logf("20 GETs of 1 MB, the client's side shut down, read after 500 ms: Redis sent %d bytes, Cicada %d (of %d)", len(want), len(got), len(all))
+	for _, side := range []struct {
+		name string
+		got  []byte
+		err  error
+	}{{"Redis", want, werr}, {"Cicada", got, gerr}} {
+		if side.err != nil || len(side.got) == 0 || len(side.got) >= len(all) || !strings.HasPrefix(all, string(side.got)) {
+			t.Errorf("20 GETs of 1 MB then EOF: via %s %d bytes (%v); want some of the replies, not all, then EOF", side.name, len(side.got), side.err)
+		}
+	}
+
+	// Every half-closed session ended.
+	waitFor(t, func() bool { return gauge(t, pair.Proxy, "cicada_client_connections") == 0 })
+}
+
+// gauge reads one of Cicada's unlabelled gauges.
+func gauge(t *testing.T, p *cicadatest.Proxy, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.Server.Collector())
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -1,0 +1,143 @@
+package resources
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// backlogLimit is the client-query-buffer-limit and max-client-memory
+// TestBusyRedisFlood configures.
+const backlogLimit = 64 << 20
+
+// busyScript keeps Redis's command thread busy for 5 s: Redis reads
+// nothing from any connection meanwhile.
+const busyScript = `local t=redis.call('time')[1]+0 while redis.call('time')[1]+0<t+5 do end`
+
+// TestBusyRedisFlood: while a script keeps Redis from reading, one client
+// sends requests as fast as it can and reads nothing: inline PINGs (6
+// bytes each, so the bookkeeping of each forwarded request outweighs it),
+// or SETs of 1 MB. Directly, Redis would stop reading and TCP would stall
+// the client; Cicada has no way to stop reading a connection (gnet), so
+// what the client sent and Redis has not answered counts towards
+// client-query-buffer-limit and max-client-memory (64 MB each here): the
+// client must be closed, and Cicada's RSS must stay under the bound plus
+// what it used before and 64 MB for the garbage collector. Before these
+// were counted, 114 MB of PINGs grew it to 2.9 GB; the floods here are
+// smaller (40 MB of PINGs, 300 MB of SETs) so that a failure stays cheap.
+//
+//	go test -run TestBusyRedisFlood -v ./test/resources/
+func TestBusyRedisFlood(t *testing.T) {
+	set := resp.AppendCommand(nil, []byte("SET"), []byte("k"), bytes.Repeat([]byte("v"), 1<<20))
+	for _, tc := range []struct {
+		name  string
+		chunk []byte
+		total int
+	}{
+		{"PING", bytes.Repeat([]byte("PING\r\n"), 1<<20/6), 40 << 20},
+		{"SET 1MB", set, 300 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.Start(t)
+			p := cicadatest.StartBinary(t, r.Addr, "--max-client-memory", fmt.Sprint(backlogLimit),
+				"--client-query-buffer-limit", fmt.Sprint(backlogLimit))
+			rssBefore := cicadatest.RSS(t, p.Pid)
+
+			script, err := net.Dial("tcp", r.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer script.Close()
+			if _, err := script.Write(resp.AppendCommand(nil, []byte("EVAL"), []byte(busyScript), []byte("0"))); err != nil {
+				t.Fatal(err)
+			}
+			busySince := time.Now()
+			time.Sleep(100 * time.Millisecond) // the script is running
+
+			c, err := smallBuffers.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			wrote := make(chan error, 1)
+			sent := 0
+			go func() {
+				for sent < tc.total {
+					n, err := c.Write(tc.chunk)
+					sent += n
+					if err != nil {
+						wrote <- err
+						return
+					}
+				}
+				wrote <- nil
+			}()
+			var peak int64
+			var werr error
+		sample:
+			for {
+				peak = max(peak, cicadatest.RSS(t, p.Pid))
+				select {
+				case werr = <-wrote:
+					break sample
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			for range 20 { // what the last requests cost
+				peak = max(peak, cicadatest.RSS(t, p.Pid))
+				time.Sleep(10 * time.Millisecond)
+			}
+			floodEnd := time.Since(busySince)
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, rerr := io.Copy(io.Discard, c)
+			closed := werr != nil || rerr == nil || !isTimeout(rerr)
+			if floodEnd > 4500*time.Millisecond {
+				t.Fatalf("the flood ended %v after the 5-s script started: it did not run while Redis was busy", floodEnd)
+			}
+			bound := rssBefore + backlogLimit + 64<<20
+			reasons := fmt.Sprintf("query-buffer-limit %v, max-client-memory %v",
+				p.Metric(t, `cicada_clients_closed_total{reason="query-buffer-limit"}`),
+				p.Metric(t, `cicada_clients_closed_total{reason="max-client-memory"}`))
+			t.Logf("%s flood while Redis ran a script: %d MB sent before the write failed (%v); closed: %v (%s); Cicada RSS %d MB before, peak %d MB (bound %d MB)",
+				tc.name, sent>>20, werr, closed, reasons, rssBefore>>20, peak>>20, bound>>20)
+			if !closed {
+				t.Errorf("the flooding client was not closed")
+			}
+			if peak > bound {
+				t.Errorf("Cicada's RSS peaked at %d MB, over %d MB", peak>>20, bound>>20)
+			}
+
+			// Once the script ends, other clients are served.
+			_ = script.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(script, make([]byte, len("$-1\r\n"))); err != nil {
+				t.Fatalf("the script's reply: %v", err)
+			}
+			ping, err := net.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ping.Close()
+			_ = ping.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 16)
+			if _, err := ping.Write([]byte("PING\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := ping.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "+PONG") {
+				t.Errorf("PING after the flood: %q, %v", buf[:n], err)
+			}
+		})
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
