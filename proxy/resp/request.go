@@ -137,7 +137,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		if b[0] != '*' {
 			return p.parseInline(b)
 		}
-		line, ok, tooBig := crLine(b, 1)
+		line, ok, tooBig := crLine(b, 0)
 		if !ok {
 			if tooBig {
 				return 0, p.failAt(errTooBigMbulk, MaxInlineSize+1)
@@ -158,7 +158,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 	}
 	for p.argsLeft > 0 {
 		if p.bulkLeft == 0 {
-			line, ok, tooBig := crLine(b, n+1)
+			line, ok, tooBig := crLine(b, n)
 			if !ok {
 				if n < len(b) && tooBig {
 					return p.partial(n, p.failAt(errTooBigBulkCount, n+MaxInlineSize+1))
@@ -166,7 +166,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 				return p.partial(n, NeedMore)
 			}
 			if b[n] != '$' {
-				return p.partial(n, p.failAt(errExpectedDollar+string(b[n])+"'", line+2))
+				return p.partial(n, p.failAt(expectedDollar(b[n]), line+2))
 			}
 			ll, valid := string2ll(b[n+1 : line])
 			if !valid || ll < 0 || ll > p.maxBulkLen {
@@ -300,16 +300,17 @@ func (p *RequestParser) unknownInline() Result {
 	return Complete
 }
 
-// crLine finds the '\r' that ends a header line starting at from, as Redis
-// does with strchr: a NUL byte hides everything after it. ok requires one
-// more byte after the '\r' (Redis skips it unchecked). tooBig reports that
-// no line end was found and more than MaxInlineSize bytes are waiting.
-func crLine(b []byte, from int) (cr int, ok, tooBig bool) {
-	start := from - 1
-	if from > len(b) {
+// crLine finds the '\r' that ends a header line starting at start, as
+// Redis does with strchr from the line's first byte: the first byte itself
+// may be the '\r' (an empty line), and a NUL byte hides everything after
+// it. ok requires one more byte after the '\r' (Redis skips it unchecked).
+// tooBig reports that no line end was found and more than MaxInlineSize
+// bytes are waiting.
+func crLine(b []byte, start int) (cr int, ok, tooBig bool) {
+	if start >= len(b) {
 		return -1, false, false
 	}
-	cr = indexBeforeNUL(b, from, '\r')
+	cr = indexBeforeNUL(b, start, '\r')
 	if cr < 0 {
 		return -1, false, len(b)-start > MaxInlineSize
 	}
@@ -317,6 +318,16 @@ func crLine(b []byte, from int) (cr int, ok, tooBig bool) {
 		return -1, false, false
 	}
 	return cr, true, false
+}
+
+// expectedDollar is Redis's error for a bulk header that does not start
+// with '$': the byte as it is, but a CR or LF, which Redis's error replies
+// turn into a blank (addReplyErrorFormat).
+func expectedDollar(c byte) string {
+	if c == '\r' || c == '\n' {
+		c = ' '
+	}
+	return errExpectedDollar + string([]byte{c}) + "'"
 }
 
 // indexBeforeNUL returns the index of c in b[from:] (as an index into b),

@@ -81,6 +81,10 @@ func TestRequestParserTable(t *testing.T) {
 		{"bulk over limit", "*1\r\n$536870913\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
 		{"bulk max int64", "*1\r\n$9223372036854775807\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
 		{"expected dollar", "*1\r\nx4\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got 'x'"}}},
+		{"bulk header is a line end", "*1\r\n\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
+		{"bulk header is an LF", "*2\r\n$1\r\na\r\n\nx\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
+		{"bulk header byte as is", "*1\r\n\xff\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got '\xff'"}}},
+		{"NUL starts a bulk header", "*1\r\n\x00abc\r\n", nil},
 		{"unbalanced quotes", "GET \"a\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
 		{"closing quote glued", "SET \"a\"b c\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
 		{"NUL hides newline", "ECHO a\x00b\r\n", nil},
@@ -114,6 +118,7 @@ func TestRequestParserTooBig(t *testing.T) {
 	}{
 		{"mbulk count", "*" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big mbulk count string"},
 		{"bulk count", "*1\r\n$" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big bulk count string"},
+		{"NUL bulk count", "*1\r\n\x00\r\n" + strings.Repeat("\r\n", MaxInlineSize/2-1), "Protocol error: too big bulk count string"},
 	}
 	for _, tt := range tests {
 		got, _ := drive(NewRequestParser(0), [][]byte{[]byte(tt.in)})

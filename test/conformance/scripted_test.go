@@ -4,6 +4,7 @@
 package conformance
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,26 @@ func TestProtocolErrors(t *testing.T) {
 	}
 	// A request whose NUL byte hides the line end waits, like Redis.
 	p.Compare(t, send("ECHO a\x00b\r\n"+cmd("GET", "hot")))
+}
+
+// TestBulkHeaderFirstByte: Redis looks for a bulk header's CR from the
+// header's first byte with strchr, so a header that is only a line end is
+// "expected '$'" (the CR or LF printed as a blank), and one that starts
+// with a NUL byte hides every line end after it until more than 64 KiB
+// wait: "too big bulk count string".
+func TestBulkHeaderFirstByte(t *testing.T) {
+	p := difftest.NewPair(t, nil, cicadatest.Options{})
+	p.LoadSample(t)
+	for _, b := range []string{
+		"*1\r\n\r\n", "*1\r\n\nfoo\r\n", "*2\r\n$3\r\nGET\r\n\r\n", "*1\r\n\xffab\r\n", "*1\r\n\r",
+		"*1\r\n\x00abc\r\n" + strings.Repeat("x", 70000), "*2\r\n$3\r\nGET\r\n\x00\r\n" + strings.Repeat("\r\n", 40000),
+		"*1\r\n\x00abc\r\n", "*1\r\n$\x00\r\n",
+	} {
+		t.Run(fmt.Sprintf("%.20q", b), func(t *testing.T) {
+			p.Compare(t, send(cmd("GET", "hot")+b))
+			p.Compare(t, send(cmd("GET", "hot")+b+cmd("GET", "hot")))
+		})
+	}
 }
 
 // TestUnauthenticatedLimits: with a password required, Redis refuses a
