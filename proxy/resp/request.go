@@ -22,6 +22,13 @@ const (
 	// MaxMultibulkLen is the largest argument count Redis 7.0 accepts in a
 	// multibulk header (INT_MAX); larger is "invalid multibulk length".
 	MaxMultibulkLen = math.MaxInt32
+
+	// UnauthMultibulkLen and UnauthBulkLen are the largest argument count
+	// and bulk length (bytes) Redis 7.0 accepts from a client it does not
+	// count as authenticated (authRequired); larger is "unauthenticated
+	// multibulk length" or "unauthenticated bulk length".
+	UnauthMultibulkLen = 10
+	UnauthBulkLen      = 16 * 1024
 )
 
 // Default capture limits of a RequestParser: arguments up to CaptureArgMax
@@ -58,6 +65,14 @@ const (
 // complete, so a caller may still decide to answer it locally. As soon as an
 // argument is too big to capture, the command is "streaming": Parse consumes
 // its bytes as they arrive and the caller forwards them upstream.
+//
+// A header Redis may refuse depending on state the parser cannot see
+// (whether Redis counts the connection as authenticated: more than
+// UnauthMultibulkLen arguments, a bulk over UnauthBulkLen bytes) makes the
+// command streaming from that header on: its bytes reach Redis as they
+// come, and Redis either refuses it (a reply with no request of its own,
+// then a close) or waits for the rest, as it would without Cicada. Such a
+// command is never one Cicada answers locally.
 //
 // Owned by one connection's event loop; not safe for concurrent use.
 type RequestParser struct {
@@ -155,6 +170,9 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		p.inMbulk = true
 		p.argsLeft = ll
 		p.argc = ll
+		// Refused from a client Redis does not count as authenticated:
+		// let Redis see the header now.
+		p.streaming = ll > UnauthMultibulkLen
 	}
 	for p.argsLeft > 0 {
 		if p.bulkLeft == 0 {
@@ -174,7 +192,9 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			}
 			n = line + 2
 			p.bulkLeft = ll + 2
-			p.capturing = ll <= p.captureArg && len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
+			// A bulk Redis may refuse before authentication is never held back.
+			p.capturing = ll <= p.captureArg && ll <= UnauthBulkLen &&
+				len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
 			if !p.capturing {
 				p.streaming = true
 				if len(p.offs) < p.captureArgs {

@@ -224,6 +224,36 @@ func TestRequestParserAllocs(t *testing.T) {
 	}
 }
 
+// TestRequestParserUnauthLimits: a header Redis refuses from a client it
+// does not count as authenticated is consumed (forwarded) at once, so that
+// Redis can refuse it; one Redis takes from anyone is held until complete.
+func TestRequestParserUnauthLimits(t *testing.T) {
+	tests := []struct {
+		in           string
+		wantStreamed int
+	}{
+		{"*11\r\n", 5},
+		{"*11\r\n$4\r\nMSET\r\n$1\r\n", 19},
+		{"*10\r\n$4\r\nMSET\r\n$1\r\n", 0},
+		{"*2\r\n$3\r\nGET\r\n$16385\r\n", 21},
+	}
+	for _, tt := range tests {
+		for _, split := range []bool{false, true} {
+			chunks := [][]byte{[]byte(tt.in)}
+			if split {
+				chunks = nil
+				for i := range len(tt.in) {
+					chunks = append(chunks, []byte(tt.in[i:i+1]))
+				}
+			}
+			evs, streamed := drive(NewRequestParser(0), chunks)
+			if len(evs) != 0 || streamed != tt.wantStreamed {
+				t.Errorf("%q (byte by byte %v): got %v, %d bytes streamed; want none, %d", tt.in, split, evs, streamed, tt.wantStreamed)
+			}
+		}
+	}
+}
+
 // TestRequestParserErrEnd: after a protocol error, Redis needs to see the
 // bad line (or MaxInlineSize+1 bytes of a line too long), no more.
 func TestRequestParserErrEnd(t *testing.T) {

@@ -223,11 +223,25 @@ func TestUnauthenticatedLimits(t *testing.T) {
 	p := difftest.NewPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw"})
 	eleven := cmd("MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5")
 	long := cmd("SET", "a", strings.Repeat("x", 16385))
+	ten := cmd("MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e")
+	at16K := cmd("SET", "a", strings.Repeat("x", 16384))
 	for name, conv := range map[string][]step{
-		"11 arguments":        {send(cmd("GET", "a") + eleven + cmd("GET", "a"))},
-		"bulk over 16 KB":     {send(cmd("GET", "a") + long + cmd("GET", "a"))},
-		"after AUTH":          {send(cmd("AUTH", "pw") + eleven + long + cmd("GET", "a"))},
-		"after a failed AUTH": {send(cmd("AUTH", "bad") + eleven)},
+		"11 arguments":                  {send(cmd("GET", "a") + eleven + cmd("GET", "a"))},
+		"bulk over 16 KB":               {send(cmd("GET", "a") + long + cmd("GET", "a"))},
+		"after AUTH":                    {send(cmd("AUTH", "pw") + eleven + long + cmd("GET", "a"))},
+		"after a failed AUTH":           {send(cmd("AUTH", "bad") + eleven)},
+		"10 arguments and 16 KB":        {send(cmd("GET", "a") + ten + at16K + cmd("GET", "a"))},
+		"11-argument header alone":      {send(cmd("GET", "a") + "*11\r\n")},
+		"11-argument header and a bulk": {send("*11\r\n$4\r\nMSET\r\n")},
+		"header of a bulk over 16 KB":   {send(cmd("GET", "a") + "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$16385\r\n")},
+		"11 arguments after RESET": {send(cmd("AUTH", "pw") + eleven + cmd("GET", "a")),
+			send(cmd("RESET") + eleven + cmd("GET", "a"))},
+		"11-argument header after RESET": {send(cmd("AUTH", "pw") + cmd("RESET") + "*11\r\n")},
+		"bulk header after RESET": {send(cmd("AUTH", "pw") + cmd("GET", "a")),
+			send(cmd("RESET") + "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$16385\r\n")},
+		"after HELLO AUTH": {send(cmd("HELLO", "2", "AUTH", "default", "pw") + "*11\r\n"), send(eleven[5:] + cmd("GET", "a"))},
+		"11 arguments in pieces after AUTH": {send(cmd("AUTH", "pw") + eleven[:20]), send(eleven[20:40]),
+			send(eleven[40:] + long[:100]), send(long[100:] + cmd("GET", "a"))},
 	} {
 		t.Run(name, func(t *testing.T) { p.Compare(t, conv...) })
 	}
