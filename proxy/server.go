@@ -433,7 +433,7 @@ func (srv *Server) OnClose(c gnet.Conn, _ error) gnet.Action {
 		srv.conns.Add(-1)
 		v.onClientClose()
 	case *upstreamLink:
-		v.s.onUpstreamClose()
+		v.s.onUpstreamClose(c)
 	}
 	return gnet.None
 }

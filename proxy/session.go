@@ -96,6 +96,7 @@ type session struct {
 	up         gnet.Conn     // nil until the upstream connection is enrolled
 	closed     bool          // the client connection is closed (or closing)
 	upClosed   bool          // the upstream connection is closed
+	upInvalid  bool          // Redis sent something that is not RESP: its bytes are not framed
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	gone       bool          // both sides are being torn down; release done
@@ -380,8 +381,10 @@ func (s *session) onClientClose() {
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
-// (QUIT, CLIENT KILL, a restart): the client sees the same close.
-func (s *session) onUpstreamClose() {
+// (QUIT, CLIENT KILL, a restart, a protocol error): the client sees the
+// replies Redis sent before (salvage) and the same close.
+func (s *session) onUpstreamClose(c gnet.Conn) {
+	s.salvage(c)
 	s.upClosed = true
 	s.release()
 	s.closeWhenFlushed()

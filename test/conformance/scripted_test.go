@@ -240,6 +240,10 @@ func TestUnauthenticatedLimits(t *testing.T) {
 		"bulk header after RESET": {send(cmd("AUTH", "pw") + cmd("GET", "a")),
 			send(cmd("RESET") + "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$16385\r\n")},
 		"after HELLO AUTH": {send(cmd("HELLO", "2", "AUTH", "default", "pw") + "*11\r\n"), send(eleven[5:] + cmd("GET", "a"))},
+		// Redis refuses at the header and closes with most of it unread (a
+		// reset): Cicada, still writing it, must pass the reply on.
+		"bulk of 3 MB":           {send(cmd("GET", "a") + cmd("SET", "a", strings.Repeat("x", 3_000_000)))},
+		"11 arguments of 300 KB": {send(cmd("GET", "a") + cmd("MSET", "a", strings.Repeat("1", 300_000), "b", "2", "c", "3", "d", "4", "e", "5"))},
 		"11 arguments in pieces after AUTH": {send(cmd("AUTH", "pw") + eleven[:20]), send(eleven[20:40]),
 			send(eleven[40:] + long[:100]), send(long[100:] + cmd("GET", "a"))},
 	} {
