@@ -35,8 +35,6 @@ type Notifications interface {
 	Fence()
 	// VerifyFence is Fence after notify-keyspace-events was checked again.
 	VerifyFence()
-	// MaxBulkLen is Redis's proto-max-bulk-len in bytes, 0 if unknown.
-	MaxBulkLen() int64
 	// Ready reports whether notifications are flowing (the cache may answer).
 	Ready() bool
 	// Unapplied appends to dst the hotcache.Hash of each key whose
@@ -370,12 +368,11 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		srv.closedFor[closeMaxClients].Add(1)
 		return maxClientsReply, gnet.Close // Redis's words and behaviour
 	}
-	maxBulk := srv.fencer.MaxBulkLen()
 	s := &session{
 		srv:    srv,
 		loop:   srv.loopFor(c.EventLoop()),
 		client: c,
-		parser: resp.NewRequestParser(maxBulk),
+		parser: resp.NewRequestParser(),
 		proto:  2,
 		ident:  srv.ids.fresh(),
 	}

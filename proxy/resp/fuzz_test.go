@@ -22,12 +22,12 @@ func FuzzRequestParser(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		whole, _ := drive(NewRequestParser(1<<20), [][]byte{in})
+		whole, _ := drive(NewRequestParser(), [][]byte{in})
 		var chunks [][]byte
 		for i := range in {
 			chunks = append(chunks, in[i:i+1])
 		}
-		split, _ := drive(NewRequestParser(1<<20), chunks)
+		split, _ := drive(NewRequestParser(), chunks)
 		if fmt.Sprint(whole) != fmt.Sprint(split) {
 			t.Fatalf("whole %v != byte by byte %v", whole, split)
 		}
@@ -47,7 +47,7 @@ func FuzzRequestParser(f *testing.F) {
 // sameButTerminators), the same arguments once parsed again for an inline
 // one.
 func reencodes(t *testing.T, in []byte) {
-	p := NewRequestParser(1 << 20)
+	p := NewRequestParser()
 	for b := in; len(b) > 0; {
 		n, r := p.Parse(b)
 		if r == NeedMore || r == ProtocolError {
@@ -58,7 +58,7 @@ func reencodes(t *testing.T, in []byte) {
 			if !p.Inline() && !sameButTerminators(enc, b[:n]) {
 				t.Fatalf("%q parsed to %q, which encodes as %q", b[:n], p.Args(), enc)
 			}
-			q := NewRequestParser(1 << 20)
+			q := NewRequestParser()
 			if m, r2 := q.Parse(enc); r2 != Complete || m != len(enc) || fmt.Sprint(q.Args()) != fmt.Sprint(p.Args()) {
 				t.Fatalf("%q (from %q) parsed again: %d, %v, %q", enc, b[:n], m, r2, q.Args())
 			}
@@ -88,7 +88,7 @@ func sameButTerminators(enc, got []byte) bool {
 func boundedAlloc(t *testing.T, in []byte) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	p := NewRequestParser(1 << 20)
+	p := NewRequestParser()
 	for b := in; len(b) > 0; {
 		n, r := p.Parse(b)
 		if r == ProtocolError || (r == NeedMore && n == 0) {

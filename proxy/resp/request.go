@@ -16,9 +16,6 @@ const (
 	// then 96 KiB, so by 160 KiB without a line end Redis has failed it.
 	MaxInlineLine = 160 * 1024
 
-	// DefaultMaxBulkLen is the default proto-max-bulk-len (bytes): a longer
-	// bulk argument is "Protocol error: invalid bulk length".
-	DefaultMaxBulkLen = 512 * 1024 * 1024
 	// MaxMultibulkLen is the largest argument count Redis 7.0 accepts in a
 	// multibulk header (INT_MAX); larger is "invalid multibulk length".
 	MaxMultibulkLen = math.MaxInt32
@@ -66,17 +63,17 @@ const (
 // argument is too big to capture, the command is "streaming": Parse consumes
 // its bytes as they arrive and the caller forwards them upstream.
 //
-// A header Redis may refuse depending on state the parser cannot see
-// (whether Redis counts the connection as authenticated: more than
-// UnauthMultibulkLen arguments, a bulk over UnauthBulkLen bytes) makes the
-// command streaming from that header on: its bytes reach Redis as they
-// come, and Redis either refuses it (a reply with no request of its own,
-// then a close) or waits for the rest, as it would without Cicada. Such a
-// command is never one Cicada answers locally.
+// A header Redis may refuse depending on state the parser cannot see makes
+// the command streaming from that header on: more than UnauthMultibulkLen
+// arguments or a bulk over UnauthBulkLen bytes (refused if Redis does not
+// count the connection as authenticated), a bulk longer than
+// proto-max-bulk-len (which CONFIG SET changes at any time, at least 1 MiB).
+// Its bytes reach Redis as they come, and Redis either refuses it (a reply
+// with no request of its own, then a close) or waits for the rest, as it
+// would without Cicada. Such a command is never one Cicada answers locally.
 //
 // Owned by one connection's event loop; not safe for concurrent use.
 type RequestParser struct {
-	maxBulkLen   int64
 	captureArg   int64
 	captureTotal int
 	captureArgs  int
@@ -97,14 +94,9 @@ type RequestParser struct {
 	errEnd    int // bytes of the failing Parse's input Redis must see to fail too
 }
 
-// NewRequestParser returns a parser that rejects bulk arguments longer than
-// maxBulkLen bytes (Redis's proto-max-bulk-len; 0 means DefaultMaxBulkLen).
-func NewRequestParser(maxBulkLen int64) *RequestParser {
-	if maxBulkLen <= 0 {
-		maxBulkLen = DefaultMaxBulkLen
-	}
+// NewRequestParser returns a parser for one connection.
+func NewRequestParser() *RequestParser {
 	return &RequestParser{
-		maxBulkLen:   maxBulkLen,
 		captureArg:   DefaultCaptureArg,
 		captureTotal: DefaultCaptureTotal,
 		captureArgs:  DefaultCaptureArgs,
@@ -187,9 +179,13 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 				return p.partial(n, p.failAt(expectedDollar(b[n]), line+2))
 			}
 			ll, valid := string2ll(b[n+1 : line])
-			if !valid || ll < 0 || ll > p.maxBulkLen {
+			if !valid || ll < 0 {
 				return p.partial(n, p.failAt(errInvalidBulk, line+2))
 			}
+			// Over proto-max-bulk-len Redis refuses it ("invalid bulk
+			// length"): such a bulk is not captured, so it streams and
+			// Redis applies its limit of the moment.
+			ll = min(ll, math.MaxInt64-2)
 			n = line + 2
 			p.bulkLeft = ll + 2
 			// A bulk Redis may refuse before authentication is never held back.

@@ -78,8 +78,8 @@ func TestRequestParserTable(t *testing.T) {
 		{"20 digits", "*99999999999999999999\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
 		{"bulk leading zero", "*1\r\n$04\r\nPING\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
 		{"bulk negative", "*1\r\n$-1\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
-		{"bulk over limit", "*1\r\n$536870913\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
-		{"bulk max int64", "*1\r\n$9223372036854775807\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"bulk over the default limit streams", "*1\r\n$536870913\r\n", nil},
+		{"bulk max int64 streams", "*1\r\n$9223372036854775807\r\nxyz", nil},
 		{"expected dollar", "*1\r\nx4\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got 'x'"}}},
 		{"bulk header is a line end", "*1\r\n\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
 		{"bulk header is an LF", "*2\r\n$1\r\na\r\n\nx\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
@@ -103,7 +103,7 @@ func TestRequestParserTable(t *testing.T) {
 						chunks = append(chunks, []byte{tt.in[i]})
 					}
 				}
-				got, _ := drive(NewRequestParser(0), chunks)
+				got, _ := drive(NewRequestParser(), chunks)
 				if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 					t.Errorf("%s: got %v, want %v", split, got, tt.want)
 				}
@@ -121,12 +121,12 @@ func TestRequestParserTooBig(t *testing.T) {
 		{"NUL bulk count", "*1\r\n\x00\r\n" + strings.Repeat("\r\n", MaxInlineSize/2-1), "Protocol error: too big bulk count string"},
 	}
 	for _, tt := range tests {
-		got, _ := drive(NewRequestParser(0), [][]byte{[]byte(tt.in)})
+		got, _ := drive(NewRequestParser(), [][]byte{[]byte(tt.in)})
 		if len(got) != 1 || got[0].err != tt.want {
 			t.Errorf("%s: got %v, want error %q", tt.name, got, tt.want)
 		}
 		// One byte less is still waiting.
-		got, _ = drive(NewRequestParser(0), [][]byte{[]byte(tt.in[:len(tt.in)-1])})
+		got, _ = drive(NewRequestParser(), [][]byte{[]byte(tt.in[:len(tt.in)-1])})
 		if len(got) != 0 {
 			t.Errorf("%s minus one byte: got %v, want nothing yet", tt.name, got)
 		}
@@ -143,12 +143,12 @@ func TestRequestParserSplits(t *testing.T) {
 	stream = AppendCommand(stream, []byte("HGET"), []byte("h"), []byte("f\r\n"))
 	stream = append(stream, "*0\r\n"...)
 	stream = AppendCommand(stream, []byte("MSET"), []byte("a"), big, []byte("b"), []byte("2"))
-	want, _ := drive(NewRequestParser(0), [][]byte{stream})
+	want, _ := drive(NewRequestParser(), [][]byte{stream})
 	if len(want) != 6 {
 		t.Fatalf("whole stream: got %v, want 6 events", want)
 	}
 	check := func(name string, chunks [][]byte) {
-		got, streamed := drive(NewRequestParser(0), chunks)
+		got, streamed := drive(NewRequestParser(), chunks)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: got %v, want %v", name, got, want)
 		}
@@ -184,7 +184,7 @@ func TestRequestParserReencodes(t *testing.T) {
 	}
 	for _, args := range cmds {
 		in := AppendCommand(nil, args...)
-		p := NewRequestParser(0)
+		p := NewRequestParser()
 		n, r := p.Parse(in)
 		if r != Complete || n != len(in) {
 			t.Fatalf("%q: got (%d, %d), want (%d, Complete)", in, n, r, len(in))
@@ -201,7 +201,7 @@ func TestRequestParserCaptureLimits(t *testing.T) {
 		args = append(args, []byte("k"))
 	}
 	in := AppendCommand(nil, args...)
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	n, r := p.Parse(in)
 	if r != Complete || n != len(in) {
 		t.Fatalf("got (%d, %d), want (%d, Complete)", n, r, len(in))
@@ -216,7 +216,7 @@ func TestRequestParserCaptureLimits(t *testing.T) {
 
 func TestRequestParserAllocs(t *testing.T) {
 	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	p.Parse(in)
 	allocs := testing.AllocsPerRun(1000, func() { p.Parse(in) })
 	if allocs != 0 {
@@ -246,7 +246,7 @@ func TestRequestParserUnauthLimits(t *testing.T) {
 					chunks = append(chunks, []byte(tt.in[i:i+1]))
 				}
 			}
-			evs, streamed := drive(NewRequestParser(0), chunks)
+			evs, streamed := drive(NewRequestParser(), chunks)
 			if len(evs) != 0 || streamed != tt.wantStreamed {
 				t.Errorf("%q (byte by byte %v): got %v, %d bytes streamed; want none, %d", tt.in, split, evs, streamed, tt.wantStreamed)
 			}
@@ -268,7 +268,7 @@ func TestRequestParserErrEnd(t *testing.T) {
 		{"*1\r\n$" + strings.Repeat("1", MaxInlineSize+5), 4 + MaxInlineSize + 1},
 	}
 	for _, tt := range tests {
-		p := NewRequestParser(0)
+		p := NewRequestParser()
 		if _, r := p.Parse([]byte(tt.in)); r != ProtocolError || p.ErrEnd() != tt.want {
 			t.Errorf("%.20q: got %d end %d, want ProtocolError end %d", tt.in, r, p.ErrEnd(), tt.want)
 		}
@@ -286,12 +286,12 @@ func TestRequestParserLongInline(t *testing.T) {
 		for _, c := range chunks {
 			parts = append(parts, []byte(c))
 		}
-		got, _ := drive(NewRequestParser(0), parts)
+		got, _ := drive(NewRequestParser(), parts)
 		if fmt.Sprint(got) != "[{1 \"<nil>\" argc=1 \"\"} {1 \"PING\" argc=1 \"\"}]" {
 			t.Errorf("%d chunks: got %v", len(chunks), got)
 		}
 	}
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	if _, r := p.Parse([]byte(strings.Repeat("a", MaxInlineLine))); r != NeedMore {
 		t.Errorf("unterminated line of MaxInlineLine bytes: %d, want NeedMore", r)
 	}
@@ -322,7 +322,7 @@ func TestString2ll(t *testing.T) {
 
 func BenchmarkParseGet(b *testing.B) {
 	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
 	for i := 0; i < b.N; i++ {
