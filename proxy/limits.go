@@ -95,7 +95,7 @@ func (s *session) chargeMemory() bool {
 		return false
 	}
 	l := s.loop
-	held := int64(s.client.OutboundBuffered() + s.client.InboundBuffered())
+	held := int64(s.client.OutboundBuffered() + s.inbound())
 	grew := held > s.held
 	if grew {
 		l.grown += held - s.held
@@ -122,7 +122,7 @@ func (s *session) chargeMemory() bool {
 	var sum int64
 	for h := range l.heavy {
 		if !h.closed {
-			h.held = int64(h.client.OutboundBuffered() + h.client.InboundBuffered())
+			h.held = int64(h.client.OutboundBuffered() + h.inbound())
 			if h.held < heavyBytes {
 				delete(l.heavy, h)
 				continue

@@ -103,9 +103,16 @@ type session struct {
 	upLink     *upstreamLink
 
 	parser *resp.RequestParser
-	framer resp.ReplyFramer
-	slots  ring[slot]
-	writes ring[uint32] // stripes of forwarded writes, in slot order
+	// partial holds client bytes taken out of gnet (processClient, on the
+	// session's loop): a request in progress of at least partialMin bytes
+	// and whatever followed it. gnet's Peek copies all the bytes it holds
+	// into one buffer at every read, which made a big request sent in many
+	// small reads cost quadratic time; here each read's bytes are appended
+	// once. nil when empty.
+	partial []byte
+	framer  resp.ReplyFramer
+	slots   ring[slot]
+	writes  ring[uint32] // stripes of forwarded writes, in slot order
 
 	// Connection state as Redis confirmed it (replies processed so far).
 	db       int
@@ -206,10 +213,11 @@ func (s *session) onClientTraffic() gnet.Action {
 		if n := s.client.InboundBuffered(); n > 0 {
 			_, _ = s.client.Discard(n)
 		}
+		s.partial = nil
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	if in := s.client.InboundBuffered(); int64(in) > s.srv.cfg.QueryBufferLimit {
+	if in := s.inbound(); int64(in) > s.srv.cfg.QueryBufferLimit {
 		s.closeFor(closeQueryBuffer, in) // Redis: "closing client that reached max query buffer length"
 		return gnet.None
 	} else if in >= heavyBytes && s.chargeMemory() {
@@ -225,11 +233,27 @@ func (s *session) onClientTraffic() gnet.Action {
 	return gnet.None
 }
 
+// inbound is how many bytes the client sent that are not parsed yet (or
+// wait behind a paused request).
+func (s *session) inbound() int { return s.client.InboundBuffered() + len(s.partial) }
+
+// partialMin is the size from which a request in progress is moved out of
+// gnet into session.partial.
+const partialMin = 4 << 10
+
 // processClient handles every complete request in the client's buffer
 // until it is empty, a request is incomplete, or parsing pauses.
 func (s *session) processClient() {
 	c := s.client
 	buf, _ := c.Peek(-1)
+	held := s.partial != nil
+	if held {
+		s.partial = append(s.partial, buf...)
+		if len(buf) > 0 { // gnet's Discard(0) discards everything
+			_, _ = c.Discard(len(buf))
+		}
+		buf = s.partial
+	}
 	if len(buf) == 0 {
 		return
 	}
@@ -240,7 +264,11 @@ func (s *session) processClient() {
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
 	if s.rawRequests || s.quit {
 		// Redis reads nothing after a protocol error or QUIT.
-		_, _ = c.Discard(len(buf))
+		if held {
+			s.partial = nil
+		} else {
+			_, _ = c.Discard(len(buf))
+		}
 		return
 	}
 	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests && !s.closed {
@@ -302,7 +330,18 @@ func (s *session) processClient() {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))
 		}
 	}
-	if !s.closed && off > 0 { // gnet's Discard(0) discards everything
+	switch {
+	case s.closed:
+	case held:
+		// Keep what is left (Writev copied what it did not send).
+		s.partial = s.partial[:copy(s.partial, s.partial[off:])]
+		if len(s.partial) == 0 {
+			s.partial = nil
+		}
+	case len(buf)-off >= partialMin && s.parser.InProgress():
+		s.partial = append(make([]byte, 0, 2*(len(buf)-off)), buf[off:]...)
+		_, _ = c.Discard(len(buf))
+	case off > 0: // gnet's Discard(0) discards everything
 		_, _ = c.Discard(off)
 	}
 }

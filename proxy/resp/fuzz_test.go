@@ -13,10 +13,12 @@ var requestSeeds = []string{
 	"*12345678901234567890\r\n", "*2147483648\r\n", "*1\r\n$536870913\r\n",
 	"*1\r\n$4\r\nPINGxx", "*1\rx$4\rxPING\r\n", "SET \"a\\x41\" 'b\\'c'\r\n", "GET \"a\r\n",
 	"ECHO a\x00b\r\n", "\r\n\n", "*1\r\nx\r\n", "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000\r\n",
+	"*1\r\n\r\n", "*1\r\n\x00abc\r\n", "*11\r\n$1\r\na\r\n", "*12\r\n$3\r\nfoo\r\nx\r\n", "*2\r\n$16385\r\n",
 }
 
-// FuzzRequestParser checks that the parser never panics and finds the same
-// commands whether the input arrives whole or one byte at a time.
+// FuzzRequestParser checks that the parser never panics, finds the same
+// commands whether the input arrives whole or one byte at a time, and does
+// work linear in the input when it arrives one byte at a time.
 func FuzzRequestParser(f *testing.F) {
 	for _, s := range requestSeeds {
 		f.Add([]byte(s))
@@ -27,9 +29,13 @@ func FuzzRequestParser(f *testing.F) {
 		for i := range in {
 			chunks = append(chunks, in[i:i+1])
 		}
-		split, _ := drive(NewRequestParser(), chunks)
+		sp := NewRequestParser()
+		split, _ := drive(sp, chunks)
 		if fmt.Sprint(whole) != fmt.Sprint(split) {
 			t.Fatalf("whole %v != byte by byte %v", whole, split)
+		}
+		if limit := 4*int64(len(in)) + 16; sp.scanned > limit {
+			t.Fatalf("fed byte by byte, %d bytes searched for line ends in %d bytes", sp.scanned, len(in))
 		}
 		for _, e := range whole {
 			if e.kind == Complete && e.argc <= 0 {

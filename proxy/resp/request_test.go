@@ -226,14 +226,15 @@ func TestRequestParserAllocs(t *testing.T) {
 
 // TestRequestParserUnauthLimits: a header Redis refuses from a client it
 // does not count as authenticated is consumed (forwarded) at once, so that
-// Redis can refuse it; one Redis takes from anyone is held until complete.
+// Redis can refuse it (the arguments after a multibulk header are held);
+// one Redis takes from anyone is held until the command is complete.
 func TestRequestParserUnauthLimits(t *testing.T) {
 	tests := []struct {
 		in           string
 		wantStreamed int
 	}{
 		{"*11\r\n", 5},
-		{"*11\r\n$4\r\nMSET\r\n$1\r\n", 19},
+		{"*11\r\n$4\r\nMSET\r\n$1\r\n", 5},
 		{"*10\r\n$4\r\nMSET\r\n$1\r\n", 0},
 		{"*2\r\n$3\r\nGET\r\n$16385\r\n", 21},
 	}
@@ -320,12 +321,43 @@ func TestString2ll(t *testing.T) {
 	}
 }
 
-func BenchmarkParseGet(b *testing.B) {
-	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
-	p := NewRequestParser()
-	b.ReportAllocs()
-	b.SetBytes(int64(len(in)))
-	for i := 0; i < b.N; i++ {
-		p.Parse(in)
+// TestRequestParserLinear feeds requests one byte per Parse call, as a
+// client sending one byte per TCP segment makes the proxy do, and checks
+// that the parser searched each byte for a line end a bounded number of
+// times: a command in progress is resumed where it stopped, not parsed
+// again from its start (which made this quadratic).
+func TestRequestParserLinear(t *testing.T) {
+	tenArgs := [][]byte{[]byte("MSET")}
+	for i := 0; i < 9; i++ {
+		tenArgs = append(tenArgs, bytes.Repeat([]byte{'k'}, DefaultCaptureArg))
+	}
+	tests := []struct {
+		name string
+		in   []byte
+	}{
+		{"1,000 arguments", thousandArgs()},
+		{"10 arguments of 4 KiB", AppendCommand(nil, tenArgs...)},
+		{"GET", AppendCommand(nil, []byte("GET"), bytes.Repeat([]byte{'k'}, DefaultCaptureArg))},
+		{"inline line of 100 KB", []byte("ECHO " + strings.Repeat("x", 100_000) + "\r\n")},
+		{"unfinished bulk count line", []byte("*1\r\n$" + strings.Repeat("1", MaxInlineSize-10))},
+		{"unfinished multibulk count line", []byte("*" + strings.Repeat("1", MaxInlineSize-10))},
+		{"bulk count line hidden by a NUL", []byte("*1\r\n\x00" + strings.Repeat("\r\n", MaxInlineSize/2-10))},
+		{"inline line hidden by a NUL", []byte("ECHO \x00" + strings.Repeat("\n", MaxInlineSize))},
+	}
+	for _, tt := range tests {
+		var chunks [][]byte
+		for i := range tt.in {
+			chunks = append(chunks, tt.in[i:i+1])
+		}
+		p := NewRequestParser()
+		want, _ := drive(NewRequestParser(), [][]byte{tt.in})
+		got, _ := drive(p, chunks)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: byte by byte %v, whole %v", tt.name, got, want)
+		}
+		if limit := 3 * int64(len(tt.in)); p.scanned > limit {
+			t.Errorf("%s: %d bytes searched for line ends in a %d-byte input fed byte by byte, want at most %d",
+				tt.name, p.scanned, len(tt.in), limit)
+		}
 	}
 }
