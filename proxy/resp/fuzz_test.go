@@ -51,7 +51,7 @@ func FuzzRequestParser(f *testing.F) {
 // streamed) is what AppendCommand encodes from its arguments: the same
 // bytes for a multibulk request (but for its CRLFs, see
 // sameButTerminators), the same arguments once parsed again for an inline
-// one.
+// one (those a multibulk request captures).
 func reencodes(t *testing.T, in []byte) {
 	p := NewRequestParser()
 	for b := in; len(b) > 0; {
@@ -64,8 +64,13 @@ func reencodes(t *testing.T, in []byte) {
 			if !p.Inline() && !sameButTerminators(enc, b[:n]) {
 				t.Fatalf("%q parsed to %q, which encodes as %q", b[:n], p.Args(), enc)
 			}
+			// An inline argument is captured whatever its length (the line
+			// is at most MaxInlineSize); a bulk one only up to
+			// DefaultCaptureArg bytes.
+			captured := !slices.ContainsFunc(p.Args(), func(a []byte) bool { return len(a) > DefaultCaptureArg })
 			q := NewRequestParser()
-			if m, r2 := q.Parse(enc); r2 != Complete || m != len(enc) || fmt.Sprint(q.Args()) != fmt.Sprint(p.Args()) {
+			if m, r2 := q.Parse(enc); r2 != Complete || m != len(enc) ||
+				(captured && fmt.Sprint(q.Args()) != fmt.Sprint(p.Args())) {
 				t.Fatalf("%q (from %q) parsed again: %d, %v, %q", enc, b[:n], m, r2, q.Args())
 			}
 		}
