@@ -118,6 +118,14 @@ func (s *session) onCommand(n int) decision {
 			s.pushOpaque() // the replies that follow cannot be counted
 			return decideForward
 		}
+	case "replconf":
+		if replconfMaySkipReply(args, argc) {
+			// REPLCONF ACK or GETACK, which Redis runs without a reply
+			// but refuses with one (ACL, MULTI, an earlier option): the
+			// replies that follow cannot be counted.
+			s.pushOpaque()
+			return decideForward
+		}
 	case "monitor", "sync", "psync":
 		// A stream of monitor lines or a replication stream, not replies.
 		s.pushOpaque()
@@ -427,6 +435,27 @@ func parseHello(args [][]byte) (proto int64, user string, auth, anon bool) {
 		}
 	}
 	return proto, user, auth, false
+}
+
+// replconfMaySkipReply reports whether Redis may send no reply to a
+// REPLCONF with these arguments: Redis 7.0's replconfCommand takes its
+// option-value pairs in order and returns without a reply at ACK or GETACK
+// (for any client), after replying to an error in an earlier option; an
+// even argument count is a syntax error and every other option ends with
+// +OK. An option Cicada did not capture may be either.
+func replconfMaySkipReply(args [][]byte, argc int64) bool {
+	if argc%2 == 0 {
+		return false
+	}
+	for j := int64(1); j < argc; j += 2 {
+		if j >= int64(len(args)) || args[j] == nil {
+			return true
+		}
+		if command.EqualFold(args[j], "ack") || command.EqualFold(args[j], "getack") {
+			return true
+		}
+	}
+	return false
 }
 
 func subKindOf(name string) subKind {

@@ -52,9 +52,10 @@
 // # Modes that stop local answers
 //
 // MULTI, subscribed mode, CLIENT TRACKING, and for the rest of the
-// connection MONITOR, CLIENT REPLY OFF|SKIP and protocol errors: in the last
-// three, replies are passed through unframed ("opaque") and writes are only
-// invalidated, like writes from outside Cicada.
+// connection MONITOR, CLIENT REPLY OFF|SKIP, REPLCONF ACK|GETACK and
+// protocol errors: in the last four, replies are passed through unframed
+// ("opaque") and writes are only invalidated, like writes from outside
+// Cicada.
 //
 // # HOTKEYS
 //

@@ -68,7 +68,7 @@ func hitSession(tb testing.TB) (*session, *fakeConn, []byte, []byte) {
 	key := []byte("key:__rand_int__")
 	reply := []byte("$64\r\n" + string(bytes.Repeat([]byte("v"), 64)) + "\r\n")
 	c := &fakeConn{}
-	s := &session{srv: srv, loop: srv.loopFor(nil), client: c, up: c, parser: resp.NewRequestParser(0),
+	s := &session{srv: srv, loop: srv.loopFor(nil), client: c, up: c, parser: resp.NewRequestParser(),
 		proto: 2, accepted: true}
 	s.setFresh()
 	h := hotcache.Hash(0, key)

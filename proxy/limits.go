@@ -60,7 +60,7 @@ func (s *session) backlog() int64 {
 // holding is everything Cicada holds for the client: replies it has not
 // read, requests not yet parsed, and the backlog.
 func (s *session) holding() int64 {
-	return int64(s.client.OutboundBuffered()+s.client.InboundBuffered()) + s.backlog()
+	return int64(s.client.OutboundBuffered()+s.inbound()) + s.backlog()
 }
 
 // readInfoSize is what a followed GET/HGET holds while it is in flight.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/proxy/resp"
@@ -18,9 +19,32 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 		return gnet.Close
 	}
 	buf, _ := s.up.Peek(-1)
+	off, ok := s.fromUpstream(buf)
+	if !ok {
+		return gnet.Close
+	}
+	if off > 0 { // gnet's Discard(0) discards everything
+		_, _ = s.up.Discard(off)
+	}
+	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
+		s.paused = false
+		if _, half := s.client.(*halfConn); half {
+			s.halfProgress()
+		} else {
+			s.processClient()
+		}
+	}
+	return gnet.None
+}
+
+// fromUpstream frames buf, every byte Redis sent that the last call did not
+// consume, writes the client's part of it to the client, and returns how
+// many bytes it consumed (all but a partial header line at the end).
+// ok=false: the stream is not RESP; nothing more can be framed.
+func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 	l := s.loop
 	l.downv = l.downv[:0]
-	off, fwd := 0, 0 // bytes [fwd, off) go to the client
+	fwd := 0 // bytes [fwd, off) go to the client
 	for off < len(buf) {
 		if s.opaqueRecv {
 			off = len(buf)
@@ -45,7 +69,8 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 			s.srv.log.Error("invalid reply from upstream; closing the connection",
 				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
 			s.srv.upstreamErrors.Add(1)
-			return gnet.Close
+			s.upInvalid = true
+			return off, false
 		}
 		if s.capturing {
 			s.captureBytes(buf[off : off+n])
@@ -76,18 +101,41 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 		_, _ = s.client.Writev(l.downv)
 		s.checkOutput()
 	}
-	if off > 0 { // gnet's Discard(0) discards everything
-		_, _ = s.up.Discard(off)
+	return off, true
+}
+
+// salvageMax bounds what salvage reads: more than a socket's receive
+// buffer holds.
+const salvageMax = 16 << 20
+
+// salvage passes on the replies Redis sent before it closed the upstream
+// connection that gnet has not read. gnet closes a connection whose write
+// fails before it reads what arrived, and a write fails when Redis reset the
+// connection: Redis closes with input unread after a protocol error it
+// found at a header whose bulk Cicada was still streaming (a length over
+// proto-max-bulk-len, or over 16 KiB before authentication). A client of
+// Redis reads those replies; so must a client of Cicada. Runs in OnClose,
+// where the descriptor is still open.
+func (s *session) salvage(c gnet.Conn) {
+	if s.gone || s.closed || s.upInvalid {
+		return
 	}
-	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
-		s.paused = false
-		if _, half := s.client.(*halfConn); half {
-			s.halfProgress()
-		} else {
-			s.processClient()
+	pending, _ := c.Peek(-1) // a partial header line fromUpstream left
+	var buf []byte
+	chunk := make([]byte, 16<<10)
+	for len(buf) < salvageMax {
+		n, err := unix.Read(c.Fd(), chunk)
+		if n <= 0 || err != nil {
+			break
 		}
+		if buf == nil {
+			buf = append(buf, pending...)
+		}
+		buf = append(buf, chunk[:n]...)
 	}
-	return gnet.None
+	if buf != nil {
+		_, _ = s.fromUpstream(buf)
+	}
 }
 
 // startFrame looks at the first byte of a reply and the head slot to decide

@@ -36,8 +36,6 @@ type Notifications interface {
 	Fence()
 	// VerifyFence is Fence after notify-keyspace-events was checked again.
 	VerifyFence()
-	// MaxBulkLen is Redis's proto-max-bulk-len in bytes, 0 if unknown.
-	MaxBulkLen() int64
 	// Ready reports whether notifications are flowing (the cache may answer).
 	Ready() bool
 	// Unapplied appends to dst the hotcache.Hash of each key whose
@@ -398,12 +396,11 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		srv.closedFor[closeMaxClients].Add(1)
 		return maxClientsReply, gnet.Close // Redis's words and behaviour
 	}
-	maxBulk := srv.fencer.MaxBulkLen()
 	s := &session{
 		srv:    srv,
 		loop:   srv.loopFor(c.EventLoop()),
 		client: c,
-		parser: resp.NewRequestParser(maxBulk),
+		parser: resp.NewRequestParser(),
 		proto:  2,
 	}
 	s.setFresh()
@@ -471,7 +468,7 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *session:
 		v.onClientClose(c, err)
 	case *upstreamLink:
-		v.s.onUpstreamClose()
+		v.s.onUpstreamClose(c)
 	}
 	return gnet.None
 }

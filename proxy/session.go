@@ -117,15 +117,23 @@ type session struct {
 	closed     bool          // the client connection is closed (or closing)
 	upClosed   bool          // the upstream connection is closed
 	upShut     bool          // the upstream connection is shut down for writing (half.go)
+	upInvalid  bool          // Redis sent something that is not RESP: its bytes are not framed
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	gone       bool          // both sides are being torn down; release done
 	upLink     *upstreamLink
 
 	parser *resp.RequestParser
-	framer resp.ReplyFramer
-	slots  ring[slot]
-	writes ring[uint32] // stripes of forwarded writes, in slot order
+	// partial holds client bytes taken out of gnet (processClient, on the
+	// session's loop): a request in progress of at least partialMin bytes
+	// and whatever followed it. gnet's Peek copies all the bytes it holds
+	// into one buffer at every read, which made a big request sent in many
+	// small reads cost quadratic time; here each read's bytes are appended
+	// once. nil when empty.
+	partial []byte
+	framer  resp.ReplyFramer
+	slots   ring[slot]
+	writes  ring[uint32] // stripes of forwarded writes, in slot order
 
 	// Connection state as Redis confirmed it (replies processed so far).
 	db    int
@@ -248,12 +256,14 @@ func (s *session) onClientTraffic() gnet.Action {
 		if n := s.client.InboundBuffered(); n > 0 {
 			_, _ = s.client.Discard(n)
 		}
+		s.partial = nil
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	// What the client sent and Redis has not processed: unparsed, or
-	// parsed and waiting to go to Redis or for its answer.
-	if q := int64(s.client.InboundBuffered()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
+	// What the client sent and Redis has not processed: unparsed (in gnet
+	// or in partial), or parsed and waiting to go to Redis or for its
+	// answer.
+	if q := int64(s.inbound()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
 		s.closeFor(closeQueryBuffer, q) // Redis: "closing client that reached max query buffer length"
 		return gnet.None
 	} else if q >= heavyBytes && s.chargeMemory() {
@@ -269,11 +279,27 @@ func (s *session) onClientTraffic() gnet.Action {
 	return gnet.None
 }
 
+// inbound is how many bytes the client sent that are not parsed yet (or
+// wait behind a paused request).
+func (s *session) inbound() int { return s.client.InboundBuffered() + len(s.partial) }
+
+// partialMin is the size from which a request in progress is moved out of
+// gnet into session.partial.
+const partialMin = 4 << 10
+
 // processClient handles every complete request in the client's buffer
 // until it is empty, a request is incomplete, or parsing pauses.
 func (s *session) processClient() {
 	c := s.client
 	buf, _ := c.Peek(-1)
+	held := s.partial != nil
+	if held {
+		s.partial = append(s.partial, buf...)
+		if len(buf) > 0 { // gnet's Discard(0) discards everything
+			_, _ = c.Discard(len(buf))
+		}
+		buf = s.partial
+	}
 	if len(buf) == 0 {
 		return
 	}
@@ -284,7 +310,11 @@ func (s *session) processClient() {
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
 	if s.rawRequests || s.quit {
 		// Redis reads nothing after a protocol error or QUIT.
-		_, _ = c.Discard(len(buf))
+		if held {
+			s.partial = nil
+		} else {
+			_, _ = c.Discard(len(buf))
+		}
 		return
 	}
 	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests && !s.closed {
@@ -352,7 +382,18 @@ func (s *session) processClient() {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))
 		}
 	}
-	if !s.closed && off > 0 { // gnet's Discard(0) discards everything
+	switch {
+	case s.closed:
+	case held:
+		// Keep what is left (Writev copied what it did not send).
+		s.partial = s.partial[:copy(s.partial, s.partial[off:])]
+		if len(s.partial) == 0 {
+			s.partial = nil
+		}
+	case len(buf)-off >= partialMin && s.parser.InProgress():
+		s.partial = append(make([]byte, 0, 2*(len(buf)-off)), buf[off:]...)
+		_, _ = c.Discard(len(buf))
+	case off > 0: // gnet's Discard(0) discards everything
 		_, _ = c.Discard(off)
 	}
 }
@@ -447,10 +488,12 @@ func (s *session) finishClose() {
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
-// (QUIT, CLIENT KILL, a restart): the client sees the same close. A
-// half-closed client is closed at once: Redis read its EOF and freed it,
-// dropping any reply not yet written, and so does Cicada.
-func (s *session) onUpstreamClose() {
+// (QUIT, CLIENT KILL, a restart, a protocol error): the client sees the
+// replies Redis sent before (salvage) and the same close. A half-closed
+// client is closed at once: Redis read its EOF and freed it, dropping any
+// reply not yet written, and so does Cicada.
+func (s *session) onUpstreamClose(c gnet.Conn) {
+	s.salvage(c)
 	s.upClosed = true
 	s.release()
 	if _, half := s.client.(*halfConn); half && !s.closed {

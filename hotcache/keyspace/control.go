@@ -140,9 +140,9 @@ func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
 
 // checkConfig checks notify-keyspace-events, adds the missing classes when
 // allowed (flushing the cache: writes in the gap were not notified; set
-// reports that it did), and reads proto-max-bulk-len and timeout.
+// reports that it did), and reads timeout and client-output-buffer-limit.
 func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bool, err error) {
-	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "proto-max-bulk-len", "timeout",
+	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "timeout",
 		"client-output-buffer-limit")
 	_ = ctl.Process(ctx, get)
 	cfg, err := get.Result()
@@ -172,9 +172,6 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bo
 			return true, fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
 		}
 		set = true
-	}
-	if n, err := strconv.ParseInt(cfg["proto-max-bulk-len"], 10, 64); err == nil {
-		s.maxBulk.Store(n)
 	}
 	if n, err := strconv.ParseInt(cfg["timeout"], 10, 64); err == nil && n >= 0 {
 		s.idle.Store(int64(time.Duration(n) * time.Second))

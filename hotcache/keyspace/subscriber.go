@@ -104,7 +104,6 @@ type Subscriber struct {
 	log   *zap.Logger
 
 	ready      atomic.Bool  // subscription confirmed, classes verified
-	maxBulk    atomic.Int64 // Redis's proto-max-bulk-len, 0 until read
 	idle       atomic.Int64 // Redis's timeout (client idle limit) in ns, 0 = none
 	outLimits  atomic.Pointer[outputLimits]
 	ctlErr     atomic.Pointer[error] // why the control goroutine ended the session
@@ -145,10 +144,6 @@ func New(cfg Config, cache *hotcache.Cache) *Subscriber {
 
 // Ready reports whether notifications are flowing and the cache may answer.
 func (s *Subscriber) Ready() bool { return s.ready.Load() }
-
-// MaxBulkLen returns Redis's proto-max-bulk-len in bytes, or 0 when it has
-// not been read yet.
-func (s *Subscriber) MaxBulkLen() int64 { return s.maxBulk.Load() }
 
 // IdleTimeout returns Redis's timeout setting (how long a client may stay
 // idle before Redis closes it), 0 for none or not read yet.

@@ -6,9 +6,12 @@
 // processInlineBuffer) byte for byte: the same accepted inputs, the same
 // "Protocol error: ..." texts at the same points, and the same quirks (the
 // two bytes after a bulk payload are skipped unchecked, a NUL byte hides a
-// line ending, inline arguments are split like sdssplitargs). Small
-// arguments are copied out so a command can be inspected after its bytes
-// are gone; big ones are streamed through and only their length is kept.
+// line ending, inline arguments are split like sdssplitargs). What Redis
+// refuses only in some states (its proto-max-bulk-len of the moment, its
+// limits before authentication) is not decided here: such a command is
+// streamed for Redis to decide. Small arguments are copied out so a command
+// can be inspected after its bytes are gone; big ones are streamed through
+// and only their length is kept.
 //
 // Replies (Redis → client) are framed by ReplyFramer, a resumable RESP2 and
 // RESP3 state machine (attributes, pushes, nested aggregates, streamed big

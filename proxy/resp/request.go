@@ -16,12 +16,16 @@ const (
 	// then 96 KiB, so by 160 KiB without a line end Redis has failed it.
 	MaxInlineLine = 160 * 1024
 
-	// DefaultMaxBulkLen is the default proto-max-bulk-len (bytes): a longer
-	// bulk argument is "Protocol error: invalid bulk length".
-	DefaultMaxBulkLen = 512 * 1024 * 1024
 	// MaxMultibulkLen is the largest argument count Redis 7.0 accepts in a
 	// multibulk header (INT_MAX); larger is "invalid multibulk length".
 	MaxMultibulkLen = math.MaxInt32
+
+	// UnauthMultibulkLen and UnauthBulkLen are the largest argument count
+	// and bulk length (bytes) Redis 7.0 accepts from a client it does not
+	// count as authenticated (authRequired); larger is "unauthenticated
+	// multibulk length" or "unauthenticated bulk length".
+	UnauthMultibulkLen = 10
+	UnauthBulkLen      = 16 * 1024
 )
 
 // Default capture limits of a RequestParser: arguments up to CaptureArgMax
@@ -37,9 +41,10 @@ const (
 type Result uint8
 
 const (
-	// NeedMore: no complete command yet. Parse consumed n bytes that belong
-	// to a streamed command (see RequestParser.Streaming); the caller must
-	// forward them and present the rest again with more data.
+	// NeedMore: no complete command yet. Parse consumed n bytes of the
+	// command in progress that Redis must get now (a streamed command, see
+	// RequestParser.Streaming, or a header Redis may refuse); the caller
+	// must forward them and present the rest again with more data.
 	NeedMore Result = iota
 	// Complete: a whole command ended at n; Args and Argc describe it.
 	Complete
@@ -59,37 +64,56 @@ const (
 // argument is too big to capture, the command is "streaming": Parse consumes
 // its bytes as they arrive and the caller forwards them upstream.
 //
+// A header Redis may refuse depending on state the parser cannot see is
+// consumed as soon as it is parsed, so that Redis sees it: a bulk over
+// UnauthBulkLen bytes (refused if Redis does not count the connection as
+// authenticated) or longer than proto-max-bulk-len (which CONFIG SET
+// changes at any time, at least 1 MiB) makes the command streaming; a
+// multibulk header of more than UnauthMultibulkLen arguments (refused
+// before authentication too) is consumed alone, and the arguments after it
+// are held as usual. Redis either refuses the command (a reply with no
+// request of its own, then a close) or waits for the rest, as it would
+// without Cicada. Such a command is never one Cicada answers locally.
+//
+// A command that arrives over many calls is parsed once: like Redis (which
+// keeps multibulklen and bulklen), the parser keeps its place between calls
+// (the arguments and header bytes it has checked, how far it has looked for
+// a line end), so the work per call is proportional to the bytes that
+// arrived since the previous one.
+//
 // Owned by one connection's event loop; not safe for concurrent use.
 type RequestParser struct {
-	maxBulkLen   int64
 	captureArg   int64
 	captureTotal int
 	captureArgs  int
 
-	// Command in progress (reset at each command start unless streaming).
-	streaming bool
-	inMbulk   bool
-	argsLeft  int64 // bulk arguments still to come
+	// Command in progress: kept from the call that starts it to the one
+	// that ends it (Complete, Empty, ProtocolError). Offsets are into the
+	// next call's input, which starts at the command's first byte unless
+	// the command is streaming (then at its first unconsumed byte).
+	active    bool  // a command has started and not ended
+	streaming bool  // bytes up to pos are consumed as they are parsed
+	inline    bool  // an inline request
+	pos       int   // where parsing resumes: bytes of the command already parsed
+	scan      int   // the current line has no line end before scan; neverEnds after a NUL byte
+	hdrEnd    int   // the multibulk header, to be consumed at once (UnauthMultibulkLen); 0 if none
+	argsLeft  int64 // bulk arguments still to come (0 while the "*" line is awaited)
 	bulkLeft  int64 // bytes of the current bulk still to come, 2 trailing bytes included; 0 = expecting a "$" line
 	capturing bool  // the current bulk is being copied into buf
 	argc      int64
-	inline    bool
 	offs      []int // per captured argument: offset in buf, or -1 when not captured
 	lens      []int
 	buf       []byte
 	args      [][]byte
 	err       string
 	errEnd    int // bytes of the failing Parse's input Redis must see to fail too
+
+	scanned int64 // bytes searched for line ends, over the parser's life (tests: linear work)
 }
 
-// NewRequestParser returns a parser that rejects bulk arguments longer than
-// maxBulkLen bytes (Redis's proto-max-bulk-len; 0 means DefaultMaxBulkLen).
-func NewRequestParser(maxBulkLen int64) *RequestParser {
-	if maxBulkLen <= 0 {
-		maxBulkLen = DefaultMaxBulkLen
-	}
+// NewRequestParser returns a parser for one connection.
+func NewRequestParser() *RequestParser {
 	return &RequestParser{
-		maxBulkLen:   maxBulkLen,
 		captureArg:   DefaultCaptureArg,
 		captureTotal: DefaultCaptureTotal,
 		captureArgs:  DefaultCaptureArgs,
@@ -110,6 +134,10 @@ func (p *RequestParser) Argc() int64 { return p.argc }
 // Inline reports whether the last Complete command was an inline request.
 func (p *RequestParser) Inline() bool { return p.inline }
 
+// InProgress reports whether the last Parse returned NeedMore in the
+// middle of a command: the next call resumes it.
+func (p *RequestParser) InProgress() bool { return p.active }
+
 // Streaming reports whether a command is in progress whose consumed bytes
 // must be forwarded before it completes. Such a command is never a
 // candidate for a local answer.
@@ -129,52 +157,72 @@ func (p *RequestParser) ErrEnd() int { return p.errEnd }
 // call's n ended (after the caller discarded those bytes) and hold every
 // byte received since. See Result for what n means in each case.
 func (p *RequestParser) Parse(b []byte) (n int, r Result) {
-	if !p.streaming {
+	if p.active {
+		if p.inline {
+			return p.parseInline(b)
+		}
+		n = p.pos
+	} else {
 		p.reset()
 		if len(b) == 0 {
 			return 0, NeedMore
 		}
+		p.active = true
 		if b[0] != '*' {
+			p.inline = true
 			return p.parseInline(b)
 		}
-		line, ok, tooBig := crLine(b, 1)
+	}
+	// A multibulk request, parsed from n on (processMultibulkBuffer).
+	if p.argc == 0 {
+		line, ok, tooBig := p.crLine(b, 0)
 		if !ok {
 			if tooBig {
-				return 0, p.failAt(errTooBigMbulk, MaxInlineSize+1)
+				return p.end(0, p.failAt(errTooBigMbulk, MaxInlineSize+1))
 			}
 			return 0, NeedMore
 		}
 		ll, valid := string2ll(b[1:line])
 		if !valid || ll > MaxMultibulkLen {
-			return 0, p.failAt(errInvalidMbulk, line+2)
+			return p.end(0, p.failAt(errInvalidMbulk, line+2))
 		}
 		n = line + 2
 		if ll <= 0 {
-			return n, Empty
+			return p.end(n, Empty)
 		}
-		p.inMbulk = true
 		p.argsLeft = ll
 		p.argc = ll
+		if ll > UnauthMultibulkLen {
+			// Refused from a client Redis does not count as
+			// authenticated: let Redis see the header now.
+			p.hdrEnd = n
+		}
 	}
 	for p.argsLeft > 0 {
 		if p.bulkLeft == 0 {
-			line, ok, tooBig := crLine(b, n+1)
+			line, ok, tooBig := p.crLine(b, n)
 			if !ok {
-				if n < len(b) && tooBig {
-					return p.partial(n, p.failAt(errTooBigBulkCount, n+MaxInlineSize+1))
+				if tooBig {
+					return p.fail(n, errTooBigBulkCount, n+MaxInlineSize+1)
 				}
-				return p.partial(n, NeedMore)
+				return p.wait(n)
 			}
 			if b[n] != '$' {
-				return p.partial(n, p.failAt(errExpectedDollar+string(b[n])+"'", line+2))
+				return p.fail(n, expectedDollar(b[n]), line+2)
 			}
 			ll, valid := string2ll(b[n+1 : line])
-			if !valid || ll < 0 || ll > p.maxBulkLen {
-				return p.partial(n, p.failAt(errInvalidBulk, line+2))
+			if !valid || ll < 0 {
+				return p.fail(n, errInvalidBulk, line+2)
 			}
+			// Over proto-max-bulk-len Redis refuses it ("invalid bulk
+			// length"): such a bulk is not captured, so it streams and
+			// Redis applies its limit of the moment.
+			ll = min(ll, math.MaxInt64-2)
 			n = line + 2
 			p.bulkLeft = ll + 2
-			p.capturing = ll <= p.captureArg && len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
+			// A bulk Redis may refuse before authentication is never held back.
+			p.capturing = ll <= p.captureArg && ll <= UnauthBulkLen &&
+				len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
 			if !p.capturing {
 				p.streaming = true
 				if len(p.offs) < p.captureArgs {
@@ -185,7 +233,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		}
 		if p.capturing {
 			if int64(len(b)-n) < p.bulkLeft {
-				return p.partial(n, NeedMore)
+				return p.wait(n)
 			}
 			l := int(p.bulkLeft - 2)
 			p.offs = append(p.offs, len(p.buf))
@@ -196,31 +244,49 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			take := int64(len(b) - n)
 			if take < p.bulkLeft {
 				p.bulkLeft -= take
-				return len(b), NeedMore
+				return p.wait(len(b))
 			}
 			n += int(p.bulkLeft)
 		}
 		p.bulkLeft = 0
 		p.argsLeft--
 	}
-	p.streaming = false
-	p.inMbulk = false
 	p.buildArgs()
-	return n, Complete
+	return p.end(n, Complete)
 }
 
-// partial ends a Parse call before the command is complete: a streaming
-// command keeps its state and reports the n bytes consumed so far; any
-// other command is re-parsed from its start next time. errEnd is kept
-// relative to the input, whatever n is returned.
-func (p *RequestParser) partial(n int, r Result) (int, Result) {
-	if p.streaming {
-		if r == ProtocolError {
-			p.streaming = false
-		}
-		return n, r
+// wait ends a call before the command is complete, parsed up to n: a
+// streaming command reports those bytes consumed; any other keeps them, to
+// be presented again. The next call resumes at n either way.
+func (p *RequestParser) wait(n int) (int, Result) {
+	consume := 0
+	switch {
+	case p.streaming:
+		consume = n
+	case p.hdrEnd > 0:
+		consume = p.hdrEnd // the header alone, once
 	}
-	return 0, r
+	p.hdrEnd = 0
+	p.pos = n - consume
+	if p.scan != neverEnds {
+		p.scan = max(p.scan-consume, 0)
+	}
+	return consume, NeedMore
+}
+
+// fail ends the command with a protocol error found after it was parsed up
+// to n; errEnd is relative to the input, whatever n is returned.
+func (p *RequestParser) fail(n int, msg string, errEnd int) (int, Result) {
+	if !p.streaming {
+		n = 0
+	}
+	return p.end(n, p.failAt(msg, errEnd))
+}
+
+// end ends the command in progress with r.
+func (p *RequestParser) end(n int, r Result) (int, Result) {
+	p.active, p.streaming, p.hdrEnd = false, false, 0
+	return n, r
 }
 
 // failAt records a protocol error that Redis reaches after the first end
@@ -259,7 +325,8 @@ func (p *RequestParser) Shrink() bool {
 }
 
 func (p *RequestParser) reset() {
-	p.inMbulk, p.inline = false, false
+	p.inline, p.streaming = false, false
+	p.pos, p.scan, p.hdrEnd = 0, 0, 0
 	p.argsLeft, p.bulkLeft, p.argc = 0, 0, 0
 	p.capturing = false
 	p.offs, p.lens = p.offs[:0], p.lens[:0]
@@ -281,7 +348,7 @@ func (p *RequestParser) buildArgs() {
 // parseInline handles a request that does not start with '*': one line up
 // to '\n' (a '\r' before it is dropped), split like sdssplitargs.
 func (p *RequestParser) parseInline(b []byte) (int, Result) {
-	nl := indexBeforeNUL(b, 0, '\n')
+	nl := p.lineEnd(b, 0, '\n')
 	if nl < 0 {
 		// Redis fails ("too big inline request") once more than
 		// MaxInlineSize bytes wait without a line end after one of its
@@ -289,15 +356,15 @@ func (p *RequestParser) parseInline(b []byte) (int, Result) {
 		// passes depends on timing. Cicada waits for MaxInlineLine, longer
 		// than any line a fresh Redis buffer can take in, then sends Redis
 		// just enough to fail the same way (more, left unread, would make
-		// it reset the connection and lose its reply).
+		// it reset the connection).
 		if len(b) > MaxInlineLine {
-			return 0, p.failAt(errTooBigInline, MaxInlineSize+1)
+			return p.end(0, p.failAt(errTooBigInline, MaxInlineSize+1))
 		}
 		return 0, NeedMore
 	}
 	if nl > MaxInlineSize {
 		// Redis may take the line or fail it: forward it whole, unread.
-		return nl + 1, p.unknownInline()
+		return p.end(nl+1, p.unknownInline())
 	}
 	line := b[:nl]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
@@ -305,15 +372,14 @@ func (p *RequestParser) parseInline(b []byte) (int, Result) {
 	}
 	argc, ok := p.splitArgs(line)
 	if !ok {
-		return 0, p.failAt(errUnbalanced, nl+1)
+		return p.end(0, p.failAt(errUnbalanced, nl+1))
 	}
 	if argc == 0 {
-		return nl + 1, Empty
+		return p.end(nl+1, Empty)
 	}
-	p.inline = true
 	p.argc = int64(argc)
 	p.buildArgs()
-	return nl + 1, Complete
+	return p.end(nl+1, Complete)
 }
 
 // unknownInline completes an inline line longer than MaxInlineSize without
@@ -328,37 +394,72 @@ func (p *RequestParser) unknownInline() Result {
 	return Complete
 }
 
-// crLine finds the '\r' that ends a header line starting at from, as Redis
-// does with strchr: a NUL byte hides everything after it. ok requires one
-// more byte after the '\r' (Redis skips it unchecked). tooBig reports that
-// no line end was found and more than MaxInlineSize bytes are waiting.
-func crLine(b []byte, from int) (cr int, ok, tooBig bool) {
-	start := from - 1
-	if from > len(b) {
-		return -1, false, false
+// crLine finds the '\r' that ends a header line starting at start, as
+// Redis does with strchr from the line's first byte: the first byte itself
+// may be the '\r' (an empty line), and a NUL byte hides everything after
+// it. ok requires one more byte after the '\r' (Redis skips it unchecked).
+// tooBig reports that no line end was found and more than MaxInlineSize
+// bytes are waiting. It goes on from where the last search of the same
+// line stopped.
+func (p *RequestParser) crLine(b []byte, start int) (cr int, ok, tooBig bool) {
+	// lineEnd for '\r', written out: this runs for every header line.
+	from := max(p.scan, start)
+	if from < len(b) {
+		if i := bytes.IndexByte(b[from:], '\r'); i >= 0 {
+			cr = from + i
+			p.scanned += int64(2*cr + 1 - from - start)
+			if bytes.IndexByte(b[start:cr], 0) < 0 {
+				if cr+1 < len(b) {
+					p.scan = 0 // the next line starts after this one
+					return cr, true, false
+				}
+				p.scan = cr // found again at once next time
+				return -1, false, false
+			}
+			p.scan = neverEnds
+		} else {
+			p.scanned += int64(len(b) - from)
+			p.scan = len(b)
+		}
 	}
-	cr = indexBeforeNUL(b, from, '\r')
-	if cr < 0 {
-		return -1, false, len(b)-start > MaxInlineSize
-	}
-	if cr+1 >= len(b) {
-		return -1, false, false
-	}
-	return cr, true, false
+	return -1, false, len(b)-start > MaxInlineSize
 }
 
-// indexBeforeNUL returns the index of c in b[from:] (as an index into b),
-// or -1 when c is absent or a NUL byte comes first.
-func indexBeforeNUL(b []byte, from int, c byte) int {
-	rest := b[from:]
-	i := bytes.IndexByte(rest, c)
+// lineEnd returns the index in b of the first c at or after start, or -1
+// when there is none yet or a NUL byte comes first (Redis's strchr stops
+// there, and will at every later try: the line never ends). It goes on
+// from where the last search of the same line stopped (p.scan).
+func (p *RequestParser) lineEnd(b []byte, start int, c byte) int {
+	from := max(p.scan, start)
+	if from >= len(b) {
+		return -1
+	}
+	i := bytes.IndexByte(b[from:], c)
 	if i < 0 {
+		p.scanned += int64(len(b) - from)
+		p.scan = len(b)
 		return -1
 	}
-	if bytes.IndexByte(rest[:i], 0) >= 0 {
+	i += from
+	p.scanned += int64(2*i + 1 - from - start)
+	if bytes.IndexByte(b[start:i], 0) >= 0 {
+		p.scan = neverEnds
 		return -1
 	}
-	return from + i
+	return i
+}
+
+// neverEnds is p.scan for a line whose end a NUL byte hides.
+const neverEnds = math.MaxInt
+
+// expectedDollar is Redis's error for a bulk header that does not start
+// with '$': the byte as it is, but a CR or LF, which Redis's error replies
+// turn into a blank (addReplyErrorFormat).
+func expectedDollar(c byte) string {
+	if c == '\r' || c == '\n' {
+		c = ' '
+	}
+	return errExpectedDollar + string([]byte{c}) + "'"
 }
 
 // string2ll is Redis's util.c string2ll: optional '-', no leading zeros

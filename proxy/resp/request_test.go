@@ -78,9 +78,13 @@ func TestRequestParserTable(t *testing.T) {
 		{"20 digits", "*99999999999999999999\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid multibulk length"}}},
 		{"bulk leading zero", "*1\r\n$04\r\nPING\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
 		{"bulk negative", "*1\r\n$-1\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
-		{"bulk over limit", "*1\r\n$536870913\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
-		{"bulk max int64", "*1\r\n$9223372036854775807\r\n", []event{{kind: ProtocolError, err: "Protocol error: invalid bulk length"}}},
+		{"bulk over the default limit streams", "*1\r\n$536870913\r\n", nil},
+		{"bulk max int64 streams", "*1\r\n$9223372036854775807\r\nxyz", nil},
 		{"expected dollar", "*1\r\nx4\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got 'x'"}}},
+		{"bulk header is a line end", "*1\r\n\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
+		{"bulk header is an LF", "*2\r\n$1\r\na\r\n\nx\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got ' '"}}},
+		{"bulk header byte as is", "*1\r\n\xff\r\n", []event{{kind: ProtocolError, err: "Protocol error: expected '$', got '\xff'"}}},
+		{"NUL starts a bulk header", "*1\r\n\x00abc\r\n", nil},
 		{"unbalanced quotes", "GET \"a\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
 		{"closing quote glued", "SET \"a\"b c\r\n", []event{{kind: ProtocolError, err: "Protocol error: unbalanced quotes in request"}}},
 		{"NUL hides newline", "ECHO a\x00b\r\n", nil},
@@ -99,7 +103,7 @@ func TestRequestParserTable(t *testing.T) {
 						chunks = append(chunks, []byte{tt.in[i]})
 					}
 				}
-				got, _ := drive(NewRequestParser(0), chunks)
+				got, _ := drive(NewRequestParser(), chunks)
 				if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 					t.Errorf("%s: got %v, want %v", split, got, tt.want)
 				}
@@ -114,14 +118,15 @@ func TestRequestParserTooBig(t *testing.T) {
 	}{
 		{"mbulk count", "*" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big mbulk count string"},
 		{"bulk count", "*1\r\n$" + strings.Repeat("1", MaxInlineSize), "Protocol error: too big bulk count string"},
+		{"NUL bulk count", "*1\r\n\x00\r\n" + strings.Repeat("\r\n", MaxInlineSize/2-1), "Protocol error: too big bulk count string"},
 	}
 	for _, tt := range tests {
-		got, _ := drive(NewRequestParser(0), [][]byte{[]byte(tt.in)})
+		got, _ := drive(NewRequestParser(), [][]byte{[]byte(tt.in)})
 		if len(got) != 1 || got[0].err != tt.want {
 			t.Errorf("%s: got %v, want error %q", tt.name, got, tt.want)
 		}
 		// One byte less is still waiting.
-		got, _ = drive(NewRequestParser(0), [][]byte{[]byte(tt.in[:len(tt.in)-1])})
+		got, _ = drive(NewRequestParser(), [][]byte{[]byte(tt.in[:len(tt.in)-1])})
 		if len(got) != 0 {
 			t.Errorf("%s minus one byte: got %v, want nothing yet", tt.name, got)
 		}
@@ -138,12 +143,12 @@ func TestRequestParserSplits(t *testing.T) {
 	stream = AppendCommand(stream, []byte("HGET"), []byte("h"), []byte("f\r\n"))
 	stream = append(stream, "*0\r\n"...)
 	stream = AppendCommand(stream, []byte("MSET"), []byte("a"), big, []byte("b"), []byte("2"))
-	want, _ := drive(NewRequestParser(0), [][]byte{stream})
+	want, _ := drive(NewRequestParser(), [][]byte{stream})
 	if len(want) != 6 {
 		t.Fatalf("whole stream: got %v, want 6 events", want)
 	}
 	check := func(name string, chunks [][]byte) {
-		got, streamed := drive(NewRequestParser(0), chunks)
+		got, streamed := drive(NewRequestParser(), chunks)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: got %v, want %v", name, got, want)
 		}
@@ -179,7 +184,7 @@ func TestRequestParserReencodes(t *testing.T) {
 	}
 	for _, args := range cmds {
 		in := AppendCommand(nil, args...)
-		p := NewRequestParser(0)
+		p := NewRequestParser()
 		n, r := p.Parse(in)
 		if r != Complete || n != len(in) {
 			t.Fatalf("%q: got (%d, %d), want (%d, Complete)", in, n, r, len(in))
@@ -196,7 +201,7 @@ func TestRequestParserCaptureLimits(t *testing.T) {
 		args = append(args, []byte("k"))
 	}
 	in := AppendCommand(nil, args...)
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	n, r := p.Parse(in)
 	if r != Complete || n != len(in) {
 		t.Fatalf("got (%d, %d), want (%d, Complete)", n, r, len(in))
@@ -211,11 +216,42 @@ func TestRequestParserCaptureLimits(t *testing.T) {
 
 func TestRequestParserAllocs(t *testing.T) {
 	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	p.Parse(in)
 	allocs := testing.AllocsPerRun(1000, func() { p.Parse(in) })
 	if allocs != 0 {
 		t.Errorf("Parse allocates %v times per GET, want 0", allocs)
+	}
+}
+
+// TestRequestParserUnauthLimits: a header Redis refuses from a client it
+// does not count as authenticated is consumed (forwarded) at once, so that
+// Redis can refuse it (the arguments after a multibulk header are held);
+// one Redis takes from anyone is held until the command is complete.
+func TestRequestParserUnauthLimits(t *testing.T) {
+	tests := []struct {
+		in           string
+		wantStreamed int
+	}{
+		{"*11\r\n", 5},
+		{"*11\r\n$4\r\nMSET\r\n$1\r\n", 5},
+		{"*10\r\n$4\r\nMSET\r\n$1\r\n", 0},
+		{"*2\r\n$3\r\nGET\r\n$16385\r\n", 21},
+	}
+	for _, tt := range tests {
+		for _, split := range []bool{false, true} {
+			chunks := [][]byte{[]byte(tt.in)}
+			if split {
+				chunks = nil
+				for i := range len(tt.in) {
+					chunks = append(chunks, []byte(tt.in[i:i+1]))
+				}
+			}
+			evs, streamed := drive(NewRequestParser(), chunks)
+			if len(evs) != 0 || streamed != tt.wantStreamed {
+				t.Errorf("%q (byte by byte %v): got %v, %d bytes streamed; want none, %d", tt.in, split, evs, streamed, tt.wantStreamed)
+			}
+		}
 	}
 }
 
@@ -233,7 +269,7 @@ func TestRequestParserErrEnd(t *testing.T) {
 		{"*1\r\n$" + strings.Repeat("1", MaxInlineSize+5), 4 + MaxInlineSize + 1},
 	}
 	for _, tt := range tests {
-		p := NewRequestParser(0)
+		p := NewRequestParser()
 		if _, r := p.Parse([]byte(tt.in)); r != ProtocolError || p.ErrEnd() != tt.want {
 			t.Errorf("%.20q: got %d end %d, want ProtocolError end %d", tt.in, r, p.ErrEnd(), tt.want)
 		}
@@ -251,12 +287,12 @@ func TestRequestParserLongInline(t *testing.T) {
 		for _, c := range chunks {
 			parts = append(parts, []byte(c))
 		}
-		got, _ := drive(NewRequestParser(0), parts)
+		got, _ := drive(NewRequestParser(), parts)
 		if fmt.Sprint(got) != "[{1 \"<nil>\" argc=1 \"\"} {1 \"PING\" argc=1 \"\"}]" {
 			t.Errorf("%d chunks: got %v", len(chunks), got)
 		}
 	}
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	if _, r := p.Parse([]byte(strings.Repeat("a", MaxInlineLine))); r != NeedMore {
 		t.Errorf("unterminated line of MaxInlineLine bytes: %d, want NeedMore", r)
 	}
@@ -285,13 +321,44 @@ func TestString2ll(t *testing.T) {
 	}
 }
 
-func BenchmarkParseGet(b *testing.B) {
-	in := AppendCommand(nil, []byte("GET"), []byte("some:key"))
-	p := NewRequestParser(0)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(in)))
-	for i := 0; i < b.N; i++ {
-		p.Parse(in)
+// TestRequestParserLinear feeds requests one byte per Parse call, as a
+// client sending one byte per TCP segment makes the proxy do, and checks
+// that the parser searched each byte for a line end a bounded number of
+// times: a command in progress is resumed where it stopped, not parsed
+// again from its start (which made this quadratic).
+func TestRequestParserLinear(t *testing.T) {
+	tenArgs := [][]byte{[]byte("MSET")}
+	for i := 0; i < 9; i++ {
+		tenArgs = append(tenArgs, bytes.Repeat([]byte{'k'}, DefaultCaptureArg))
+	}
+	tests := []struct {
+		name string
+		in   []byte
+	}{
+		{"1,000 arguments", thousandArgs()},
+		{"10 arguments of 4 KiB", AppendCommand(nil, tenArgs...)},
+		{"GET", AppendCommand(nil, []byte("GET"), bytes.Repeat([]byte{'k'}, DefaultCaptureArg))},
+		{"inline line of 100 KB", []byte("ECHO " + strings.Repeat("x", 100_000) + "\r\n")},
+		{"unfinished bulk count line", []byte("*1\r\n$" + strings.Repeat("1", MaxInlineSize-10))},
+		{"unfinished multibulk count line", []byte("*" + strings.Repeat("1", MaxInlineSize-10))},
+		{"bulk count line hidden by a NUL", []byte("*1\r\n\x00" + strings.Repeat("\r\n", MaxInlineSize/2-10))},
+		{"inline line hidden by a NUL", []byte("ECHO \x00" + strings.Repeat("\n", MaxInlineSize))},
+	}
+	for _, tt := range tests {
+		var chunks [][]byte
+		for i := range tt.in {
+			chunks = append(chunks, tt.in[i:i+1])
+		}
+		p := NewRequestParser()
+		want, _ := drive(NewRequestParser(), [][]byte{tt.in})
+		got, _ := drive(p, chunks)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: byte by byte %v, whole %v", tt.name, got, want)
+		}
+		if limit := 3 * int64(len(tt.in)); p.scanned > limit {
+			t.Errorf("%s: %d bytes searched for line ends in a %d-byte input fed byte by byte, want at most %d",
+				tt.name, p.scanned, len(tt.in), limit)
+		}
 	}
 }
 
@@ -299,7 +366,7 @@ func BenchmarkParseGet(b *testing.B) {
 // lets the argument buffers go and parsing goes on; in the middle of a
 // streamed command it keeps them.
 func TestRequestParserShrink(t *testing.T) {
-	p := NewRequestParser(0)
+	p := NewRequestParser()
 	args := [][]byte{[]byte("SADD"), []byte("s")}
 	for i := range 998 {
 		args = append(args, []byte(fmt.Sprintf("member-%050d", i)))

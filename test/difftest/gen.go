@@ -42,9 +42,9 @@ const FunctionLibrary = "#!lua name=cicadalib\n" +
 // the same conversations. A Generator is not safe for concurrent use.
 //
 // Opaque adds what makes Cicada stop answering from its cache for a second
-// (CLIENT REPLY OFF|SKIP, protocol errors: Cicada cannot see when the
-// writes before them complete): run such conversations on a pair of their
-// own, or the cache would rarely answer in the others.
+// (CLIENT REPLY OFF|SKIP, REPLCONF ACK|GETACK, protocol errors: Cicada
+// cannot see when the writes before them complete): run such conversations
+// on a pair of their own, or the cache would rarely answer in the others.
 type Generator struct {
 	r      *rand.Rand
 	Opaque bool
@@ -59,6 +59,7 @@ func NewGenerator(seed uint64) *Generator {
 type clientState struct {
 	resp3, multi, subscribed, tracking bool
 	replyOff, skipNext, closed         bool
+	user                               string // ACL user, "" for default
 }
 
 // Conversation returns the next random conversation: 3 connections and
@@ -277,6 +278,14 @@ func (s *clientState) apply(args []string) int {
 		s.resp3 = args[1] == "3"
 	case name == "MULTI":
 		s.multi = true
+	case name == "AUTH" && len(args) == 3:
+		if pw, ok := passwords[args[1]]; ok && (pw == "" || pw == args[2]) {
+			s.user = args[1]
+		}
+	case name == "REPLCONF" && s.user != "reader" && replconfReplies(args) == 0:
+		// Run (reader's ACL refuses it, with a reply). Queued in MULTI it
+		// would make EXEC's array one element short: never generated there.
+		return 0
 	case name == "SUBSCRIBE" || name == "UNSUBSCRIBE":
 		s.subscribed = name == "SUBSCRIBE" || s.subscribed && len(args) > 2
 		return 0 // RESP3: confirmations are pushes
@@ -296,6 +305,35 @@ func (s *clientState) apply(args []string) int {
 	}
 	if skipped || s.replyOff {
 		return 0
+	}
+	return 1
+}
+
+// passwords are the users of Once and the default user (no password), as
+// AUTH user password checks them.
+var passwords = map[string]string{"reader": "rpw", "writer": "wpw", "default": ""}
+
+// replconfReplies is how many replies Redis 7.0 gives a REPLCONF it runs
+// (replconfCommand): it takes the option-value pairs in order and returns
+// without a reply at ACK or GETACK, with an error at an invalid pair (an
+// even argument count, an unknown option, a port that is not a number),
+// else with +OK.
+func replconfReplies(args []string) int {
+	if len(args)%2 == 0 {
+		return 1
+	}
+	for j := 1; j < len(args); j += 2 {
+		switch strings.ToUpper(args[j]) {
+		case "ACK", "GETACK":
+			return 0
+		case "LISTENING-PORT":
+			if _, err := strconv.ParseInt(args[j+1], 10, 64); err != nil {
+				return 1
+			}
+		case "CAPA", "IP-ADDRESS":
+		default:
+			return 1
+		}
 	}
 	return 1
 }
@@ -383,6 +421,11 @@ func (g *Generator) pickCommand(s *clientState) []string {
 	case r < 95:
 		return []string{"PUBLISH", g.pick("ch", "ch2"), g.value()}
 	case r < 96 && g.Opaque:
+		if g.r.IntN(3) == 0 {
+			// ACK and GETACK get no reply: Cicada cannot count those after.
+			return [][]string{{"REPLCONF", "ACK", "0"}, {"REPLCONF", "getack", "*"}, {"REPLCONF", "capa", "eof", "ack", "1"},
+				{"REPLCONF", "listening-port", "x", "ack", "1"}}[g.r.IntN(4)]
+		}
 		return []string{"CLIENT", "REPLY", g.pick("OFF", "SKIP")}
 	case r < 97:
 		return []string{"BLPOP", g.pick("l", "empty"), "0.01"}

@@ -15,7 +15,8 @@ import (
 
 // Cmd is one command of a step, with the number of replies (not counting
 // RESP3 pushes) Redis gives it: 1 for most, 0 for a RESP3 SUBSCRIBE (its
-// confirmation is a push) or under CLIENT REPLY OFF.
+// confirmation is a push), REPLCONF ACK or GETACK, or under CLIENT REPLY
+// OFF.
 type Cmd struct {
 	Args    []string
 	Replies int

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -64,6 +65,46 @@ func TestSegmented(t *testing.T) {
 	p.Compare(t, send(cmd("BLPOP", "q", "0.2")), pause(ms), send(cmd("GET", "hot")), pause(400*ms/30*10))
 	p.Compare(t, send(cmd("INCR", "counter")), send(cmd("GET", "hot")), send(cmd("HGET", "h", "f")))
 	p.Compare(t, send(cmds([]string{"PING"}, []string{"GET", "hot2"}, []string{"LRANGE", "list", "0", "-1"}, []string{"PING"})))
+}
+
+// TestRequestsInPieces sends big requests in many small segments (Cicada
+// keeps such a request out of gnet's buffer while it grows, and resumes
+// parsing where it stopped), each followed by cached reads.
+func TestRequestsInPieces(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	p.LoadSample(t)
+	tenArgs := []string{"MSET"}
+	for i := 0; i < 4; i++ {
+		tenArgs = append(tenArgs, "k"+strings.Repeat("k", i), strings.Repeat(string(rune('a'+i)), 4000))
+	}
+	tenArgs = append(tenArgs, "hot", "hot-value")
+	thousand := []string{"RPUSH", "biglist"}
+	for i := 0; i < 998; i++ {
+		thousand = append(thousand, strings.Repeat(string(rune('a'+i%26)), 50))
+	}
+	requests := []string{
+		cmd(tenArgs...) + cmd("GET", "hot"),
+		cmd(thousand...) + cmd("GET", "hot"),
+		"ECHO " + strings.Repeat("i", 20000) + "\r\n" + cmd("GET", "hot"),
+		cmd("HGET", "h", strings.Repeat("f", 4000)) + cmd("GET", "hot") + cmd("HGET", "h", "f"),
+		cmd("GET", "hot") + cmd("HGET", "h", "f") + "*1\r\n$" + strings.Repeat("7", 6000),
+		cmd("GET", "hot") + cmd("SET", "x", strings.Repeat("y", 100000)) + cmd("GET", "hot"),
+	}
+	for i, r := range requests {
+		for _, size := range []int{1000, 4097} {
+			var steps []step
+			for len(r) > 0 {
+				n := min(size, len(r))
+				steps = append(steps, send(r[:n]), pause(time.Millisecond))
+				r = r[n:]
+			}
+			t.Run(fmt.Sprintf("%d in %d-byte pieces", i, size), func(t *testing.T) {
+				p.WarmSample(t)
+				p.Compare(t, steps...)
+			})
+			r = requests[i]
+		}
+	}
 }
 
 // TestCloseAfterBigReply: when Redis closes a connection right after a big
