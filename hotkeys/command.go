@@ -3,6 +3,8 @@ package hotkeys
 import (
 	"strconv"
 	"time"
+
+	"github.com/cicada-proxy/cicada/proxy/command"
 )
 
 // Sub is a HOTKEYS subcommand.
@@ -137,7 +139,7 @@ func ParseStart(args [][]byte) (Options, string) {
 	if argc < 4 || !equalFold(args[2], "metrics") {
 		return o, "METRICS parameter is required"
 	}
-	n, ok := parseInt(args[3])
+	n, ok := command.ParseInt(args[3])
 	if !ok || n < 1 || n > 2 {
 		return o, "METRICS count must be > 0 and <= 2"
 	}
@@ -166,19 +168,19 @@ func ParseStart(args [][]byte) (Options, string) {
 		more := j+1 < argc
 		switch {
 		case more && equalFold(args[j], "count"):
-			v, ok := parseInt(args[j+1])
+			v, ok := command.ParseInt(args[j+1])
 			if !ok || v < 1 || v > MaxCount {
 				return o, "COUNT must be between 1 and 64"
 			}
 			o.Count = int(v)
 		case more && equalFold(args[j], "duration"):
-			v, ok := parseInt(args[j+1])
+			v, ok := command.ParseInt(args[j+1])
 			if !ok || v < 1 || v > MaxDuration {
 				return o, "DURATION must be between 1 and 1000000"
 			}
 			o.Duration = time.Duration(v) * time.Second
 		case more && equalFold(args[j], "sample"):
-			v, ok := parseInt(args[j+1])
+			v, ok := command.ParseInt(args[j+1])
 			if !ok || v < 1 || v > 1<<31-1 {
 				return o, "SAMPLE ratio must be positive"
 			}
@@ -336,47 +338,4 @@ func equalFold(b []byte, lower string) bool {
 		}
 	}
 	return true
-}
-
-// parseInt parses b as Redis's string2ll does: an optional '-', then
-// digits without leading zeros ("0" alone is fine), fewer than 21 bytes,
-// within int64. nil (an uncaptured argument) is not a number.
-func parseInt(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) >= 21 {
-		return 0, false
-	}
-	if len(b) == 1 && b[0] == '0' {
-		return 0, true
-	}
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || b[0] < '1' || b[0] > '9' {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if v > (1<<64-1)/10 {
-			return 0, false
-		}
-		v *= 10
-		if v > 1<<64-1-uint64(c-'0') {
-			return 0, false
-		}
-		v += uint64(c - '0')
-	}
-	if neg {
-		if v > 1<<63 {
-			return 0, false
-		}
-		return -int64(v), true
-	}
-	if v > 1<<63-1 {
-		return 0, false
-	}
-	return int64(v), true
 }

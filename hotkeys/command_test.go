@@ -106,24 +106,6 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-func TestParseInt(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "1": 1, "-1": -1, "64": 64,
-		"9223372036854775807": 1<<63 - 1, "-9223372036854775808": -1 << 63} {
-		if got, ok := parseInt([]byte(in)); !ok || got != want {
-			t.Errorf("parseInt(%q) = %d, %v; want %d", in, got, ok, want)
-		}
-	}
-	for _, in := range []string{"", "-", "-0", "01", "+1", " 1", "1 ", "1x", "9223372036854775808",
-		"-9223372036854775809", "123456789012345678901"} {
-		if _, ok := parseInt([]byte(in)); ok {
-			t.Errorf("parseInt(%q) accepted", in)
-		}
-	}
-	if _, ok := parseInt(nil); ok {
-		t.Error("parseInt(nil) accepted")
-	}
-}
-
 // The GET layout of Redis 8.6.0 (src/hotkeys.c, the GET branch after
 // "We return an array of map"): an array of one map, 7 fields plus the
 // metric ones, selected-slots [[0, 16383]] on a non-cluster server.

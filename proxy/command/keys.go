@@ -228,7 +228,7 @@ func numkeysKeys(args [][]byte, numIdx int, dst []KeyRef) ([]KeyRef, bool) {
 	if numIdx >= len(args) {
 		return dst, false
 	}
-	n, ok := parseInt(args[numIdx])
+	n, ok := ParseInt(args[numIdx])
 	if !ok || n < 1 || n > int64(len(args)-numIdx-1) {
 		return dst, false
 	}
@@ -294,17 +294,17 @@ func EqualFold(b []byte, lower string) bool {
 // parseDB parses a database number: a non-negative integer that fits in an
 // int32 (Redis checks it against its configured database count later).
 func parseDB(b []byte) (int, bool) {
-	n, ok := parseInt(b)
+	n, ok := ParseInt(b)
 	if !ok || n < 0 || n > 1<<31-1 {
 		return 0, false
 	}
 	return int(n), true
 }
 
-// parseInt parses b as Redis's string2ll does: an optional '-', then "0" or
+// ParseInt parses b as Redis's string2ll does: an optional '-', then "0" or
 // digits without a leading zero; no '+', no spaces, no overflow. nil, empty
 // and over-long inputs fail.
-func parseInt(b []byte) (int64, bool) {
+func ParseInt(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}

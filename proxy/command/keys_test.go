@@ -126,13 +126,13 @@ func TestParseInt(t *testing.T) {
 		{" 1", 0, false}, {"1 ", 0, false}, {"1a", 0, false}, {"1.0", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := parseInt([]byte(tt.in))
+		got, ok := ParseInt([]byte(tt.in))
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseInt(%q): got %v, %v, want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+			t.Errorf("ParseInt(%q): got %v, %v, want %v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-	if _, ok := parseInt(nil); ok {
-		t.Errorf("parseInt(nil): got ok, want false")
+	if _, ok := ParseInt(nil); ok {
+		t.Errorf("ParseInt(nil): got ok, want false")
 	}
 }
 

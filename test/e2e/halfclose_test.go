@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 )
 
@@ -127,23 +125,5 @@ func TestHalfClose(t *testing.T) {
 	}
 
 	// Every half-closed session ended.
-	waitFor(t, func() bool { return gauge(t, pair.Proxy, "cicada_client_connections") == 0 })
-}
-
-// gauge reads one of Cicada's unlabelled gauges.
-func gauge(t *testing.T, p *cicadatest.Proxy, name string) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.Server.Collector())
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	waitFor(t, func() bool { return metric(t, pair.Proxy, "cicada_client_connections", "") == 0 })
 }

@@ -35,8 +35,9 @@ func floodUnread(t *testing.T, addr string, requests []byte, hold time.Duration)
 	return true, got // EOF or a reset
 }
 
-// closedClients reads cicada_clients_closed_total{reason}.
-func closedClients(t *testing.T, p *cicadatest.Proxy, reason string) float64 {
+// metric reads one of Cicada's series from its collector: name, with
+// reason="..." when reason is not empty; a gauge's or a counter's value.
+func metric(t *testing.T, p *cicadatest.Proxy, name, reason string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(p.Server.Collector())
@@ -45,17 +46,26 @@ func closedClients(t *testing.T, p *cicadatest.Proxy, reason string) float64 {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "cicada_clients_closed_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if m.GetLabel()[0].GetValue() == reason {
-				return m.GetCounter().GetValue()
+			if reason != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != reason) {
+				continue
 			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
-	t.Fatalf("no cicada_clients_closed_total{reason=%q}", reason)
+	t.Fatalf("no %s{reason=%q}", name, reason)
 	return 0
+}
+
+// closedClients reads cicada_clients_closed_total{reason}.
+func closedClients(t *testing.T, p *cicadatest.Proxy, reason string) float64 {
+	return metric(t, p, "cicada_clients_closed_total", reason)
 }
 
 // TestOutputBufferLimit: a client that pipelines reads and does not read

@@ -4,8 +4,6 @@ import (
 	"net"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 )
 
@@ -54,26 +52,8 @@ func TestReplconf(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectBytes(t, c, "+PONG\r\n")
-	waitFor(t, func() bool { return inflight(t, p.Proxy) == 0 })
+	waitFor(t, func() bool { return metric(t, p.Proxy, "cicada_inflight_requests", "") == 0 })
 	_, _ = c.Write([]byte(cmd("GET", "hot")))
 	expectBytes(t, c, "$9\r\nhot-value\r\n")
-	waitFor(t, func() bool { return inflight(t, p.Proxy) == 0 })
-}
-
-// inflight reads cicada_inflight_requests.
-func inflight(t *testing.T, p *cicadatest.Proxy) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(p.Server.Collector())
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "cicada_inflight_requests" {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatal("no cicada_inflight_requests")
-	return 0
+	waitFor(t, func() bool { return metric(t, p.Proxy, "cicada_inflight_requests", "") == 0 })
 }
