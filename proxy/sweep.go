@@ -68,6 +68,11 @@ func (s *session) shrink() {
 	if s.parser.Shrink() || cap(s.keysBuf) > shrinkSlack {
 		s.keysBuf = nil
 	}
+	// A request in progress kept in partial keeps its bytes, not the room
+	// a large pipeline once needed.
+	if s.partial != nil && cap(s.partial) > shrinkSlack<<10 && cap(s.partial) > 4*len(s.partial) {
+		s.partial = append(make([]byte, 0, len(s.partial)), s.partial...)
+	}
 	s.slots.shrink()
 	s.writes.shrink()
 	if cap(s.capture) > shrinkSlack<<10 {

@@ -127,3 +127,15 @@ func TestHalfClose(t *testing.T) {
 	// Every half-closed session ended.
 	waitFor(t, func() bool { return metric(t, pair.Proxy, "cicada_client_connections", "") == 0 })
 }
+
+// TestShrinkMidCommand: the idle sweep must not free the parser's buffers
+// under a command half received (it crashed Cicada, or read the rest as
+// another command): a command paused past the sweep completes as on Redis.
+func TestShrinkMidCommand(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	c := dialPlain(t, p.Addr)
+	sendBytes(t, c, "*4\r\n$4\r\nECHO\r\n$2500\r\n"+strings.Repeat("a", 2500)+"\r\n$2500\r\n"+strings.Repeat("b", 2500)+"\r\n")
+	time.Sleep(3500 * time.Millisecond) // idle past shrinkIdleAfter (2 s) and a sweep (1 s)
+	sendBytes(t, c, "$1\r\nc\r\n"+cmd("PING"))
+	expectBytes(t, c, "-ERR wrong number of arguments for 'echo' command\r\n+PONG\r\n")
+}
