@@ -328,6 +328,9 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	default:
 		return 0, false
 	}
+	if s.parser.Consumed() {
+		return 0, false // part of it went to Redis already
+	}
 	srv := s.srv
 	key := args[1]
 	var field []byte

@@ -126,8 +126,9 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 
 // onHotkeys answers HOTKEYS, or ok=false to forward it: inside MULTI
 // (Cicada cannot put its reply inside EXEC's), in RESP2 subscribed mode
-// (Redis refuses it there), on an opaque connection, or when an argument
-// is beyond what the parser captured. A HOTKEYS behind unanswered replies
+// (Redis refuses it there), on an opaque connection, when an argument is
+// beyond what the parser captured, or when part of it already went to
+// Redis (a header of more than 10 arguments, a streamed argument). A HOTKEYS behind unanswered replies
 // waits for them, like a cached GET.
 //
 // Order of checks, as Redis's processCommand: subcommand and arity
@@ -135,9 +136,9 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 // permCache or after an ACL GETUSER lookup that pauses the connection),
 // then the subcommand itself.
 func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
-	if int64(len(args)) != argc || (argc >= 2 && args[1] == nil) ||
+	if int64(len(args)) != argc || (argc >= 2 && args[1] == nil) || s.parser.Consumed() ||
 		s.sendMulti || s.opaqueSend || s.rawRequests || (s.proto == 2 && s.subscribed()) {
-		return 0, false
+		return 0, false // Consumed: part of it went to Redis already
 	}
 	if s.slots.len() > 0 {
 		return decidePause, true

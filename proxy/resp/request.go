@@ -93,6 +93,7 @@ type RequestParser struct {
 	// the command is streaming (then at its first unconsumed byte).
 	active    bool  // a command has started and not ended
 	streaming bool  // bytes up to pos are consumed as they are parsed
+	consumed  bool  // some of the command's bytes were consumed before it ended (Consumed)
 	inline    bool  // an inline request
 	pos       int   // where parsing resumes: bytes of the command already parsed
 	scan      int   // the current line has no line end before scan; neverEnds after a NUL byte
@@ -142,6 +143,12 @@ func (p *RequestParser) InProgress() bool { return p.active }
 // must be forwarded before it completes. Such a command is never a
 // candidate for a local answer.
 func (p *RequestParser) Streaming() bool { return p.streaming }
+
+// Consumed reports whether the command that just ended (or is in
+// progress) had bytes consumed before its end: a streamed argument, or a
+// header Redis must see at once. Those bytes have gone to Redis, so the
+// command must go to Redis whole: it can never be answered locally.
+func (p *RequestParser) Consumed() bool { return p.consumed }
 
 // Err returns the Redis error text (without "-ERR ") of the last
 // ProtocolError.
@@ -267,6 +274,7 @@ func (p *RequestParser) wait(n int) (int, Result) {
 		consume = p.hdrEnd // the header alone, once
 	}
 	p.hdrEnd = 0
+	p.consumed = p.consumed || consume > 0
 	p.pos = n - consume
 	if p.scan != neverEnds {
 		p.scan = max(p.scan-consume, 0)
@@ -325,7 +333,7 @@ func (p *RequestParser) Shrink() bool {
 }
 
 func (p *RequestParser) reset() {
-	p.inline, p.streaming = false, false
+	p.inline, p.streaming, p.consumed = false, false, false
 	p.pos, p.scan, p.hdrEnd = 0, 0, 0
 	p.argsLeft, p.bulkLeft, p.argc = 0, 0, 0
 	p.capturing = false

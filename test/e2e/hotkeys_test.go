@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/difftest"
 )
 
 // rawConn is a client connection that sends commands and reads whole
@@ -577,4 +578,19 @@ func TestHotkeysSubscribedRESP2(t *testing.T) {
 	if msgs < 10 {
 		t.Errorf("only %d messages interleaved: the test did not test anything", msgs)
 	}
+}
+
+// TestHotkeysHeaderForwarded: a HOTKEYS of more than 10 arguments arriving
+// in two pieces has its header sent to Redis at once (Redis may refuse it
+// before authentication); Cicada must then forward the rest, never answer
+// it itself, or Redis waits for arguments that never come and every later
+// reply goes to the wrong request.
+func TestHotkeysHeaderForwarded(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	whole := cmd("HOTKEYS", "START", "METRICS", "1", "CPU", "COUNT", "10", "DURATION", "5", "SAMPLE", "1")
+	p.Compare(t,
+		difftest.Step{Raw: []byte(whole[:20])},
+		difftest.Step{Raw: []byte(whole[20:]), Wait: 200 * time.Millisecond},
+		difftest.Step{Raw: []byte(cmd("PING")), Wait: 200 * time.Millisecond},
+	)
 }
