@@ -102,11 +102,11 @@ func (s *session) halfClose(c gnet.Conn, err error) bool {
 	return true
 }
 
-// halfProgress forwards what the half-closed client sent, once nothing
-// holds it back (the upstream connection being dialed, a pause until
-// replies are in), then the rest of its bytes (an incomplete request,
-// which Redis sees incomplete too), and shuts the upstream connection
-// down for writing: Redis reads the EOF the client sent.
+// halfProgress forwards what the half-closed client sent, once the
+// upstream connection is up: requests as usual until one would pause,
+// then the rest of its bytes unframed (a paused request, an incomplete
+// one, which Redis sees incomplete too), and shuts the upstream
+// connection down for writing: Redis reads the EOF the client sent.
 func (s *session) halfProgress() {
 	if s.closed || s.gone || s.upShut || s.up == nil || s.srv.draining.Load() {
 		return
@@ -115,15 +115,28 @@ func (s *session) halfProgress() {
 	if !s.paused {
 		s.processClient()
 	}
-	if s.paused || s.closed || s.gone {
-		return // resumed by the replies (onUpstreamTraffic)
+	if s.closed || s.gone {
+		return
 	}
-	if rest := h.in[h.off:]; len(rest) > 0 && !s.quit && !s.rawRequests {
+	if s.paused {
+		// The pause waits for a reply that may never come (a BLPOP 0
+		// before a SELECT), or for an ACL lookup; Redis would read the EOF
+		// meanwhile and free the client. So the rest goes now, unframed:
+		// replies to what was sent before it are framed as usual, the
+		// rest pass through (no cache answers for this client any more).
+		s.paused, s.aclWait = false, false
+		s.pushOpaque()
+	}
+	rest := h.in[h.off:]
+	if s.partial != nil { // a request in progress moved out of the buffer
+		rest = s.partial
+	}
+	if len(rest) > 0 && !s.quit && !s.rawRequests {
 		// Redis reads nothing after QUIT or a protocol error.
 		s.lastForward = s.srv.clock.Load()
 		_, _ = s.up.Write(rest)
 	}
-	h.in, h.off = nil, 0
+	h.in, h.off, s.partial = nil, 0, nil
 	s.shutUpstream()
 }
 

@@ -185,7 +185,11 @@ func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 func (s *session) aclLooked(gnet.Conn, error) error {
 	if s.aclWait && s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
 		s.paused = false
-		s.processClient()
+		if _, half := s.client.(*halfConn); half {
+			s.halfProgress()
+		} else {
+			s.processClient()
+		}
 	}
 	return nil
 }

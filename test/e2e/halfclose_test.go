@@ -139,3 +139,22 @@ func TestShrinkMidCommand(t *testing.T) {
 	sendBytes(t, c, "$1\r\nc\r\n"+cmd("PING"))
 	expectBytes(t, c, "-ERR wrong number of arguments for 'echo' command\r\n+PONG\r\n")
 }
+
+// TestHalfCloseWhilePaused: a half-closed client whose requests wait
+// behind a reply that never comes (a BLPOP 0, then a SELECT whose reply
+// Cicada waits for before it reads on) is freed as Redis frees it when it
+// reads the EOF, and leaves no session, descriptor or blocked Redis
+// client behind. A regression: every such session stayed for good, with
+// two descriptors and a blocked client in Redis.
+func TestHalfCloseWhilePaused(t *testing.T) {
+	pair := newPair(t, nil, cicadatest.Options{})
+	req := cmd("BLPOP", "nolist", "0") + cmd("SELECT", "0") + cmd("PING")
+	for _, target := range []struct{ name, addr string }{{"Redis", pair.Direct.Addr}, {"Cicada", pair.Proxy.Addr}} {
+		got, err := halfClosed(target.addr, req, 0)
+		if err != nil || len(got) != 0 {
+			t.Errorf("%s: read %q, %v; want nothing, then EOF", target.name, got, err)
+		}
+	}
+	waitFor(t, func() bool { return metric(t, pair.Proxy, "cicada_client_connections", "") == 0 })
+	waitFor(t, func() bool { return metric(t, pair.Proxy, "cicada_inflight_requests", "") == 0 })
+}
