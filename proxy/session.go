@@ -195,6 +195,7 @@ type session struct {
 	readBytes    int64 // held by the readInfo of queued slots
 	txKeyBytes   int64 // held by the keys in txEffects
 	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
+	unchecked    int   // requests parsed since the input limits were last checked in processClient
 
 	// Upstream latency (latency.go): the request being timed is the
 	// timedLeft-th slot from the head; 0 when none is.
@@ -260,13 +261,7 @@ func (s *session) onClientTraffic() gnet.Action {
 		s.closeWhenFlushed()
 		return gnet.None
 	}
-	// What the client sent and Redis has not processed: unparsed (in gnet
-	// or in partial), or parsed and waiting to go to Redis or for its
-	// answer.
-	if q := int64(s.inbound()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
-		s.closeFor(closeQueryBuffer, q) // Redis: "closing client that reached max query buffer length"
-		return gnet.None
-	} else if q >= heavyBytes && s.chargeMemory() {
+	if s.overInputLimits() {
 		return gnet.None
 	}
 	if s.up == nil || s.paused || s.srv.draining.Load() {
@@ -282,6 +277,25 @@ func (s *session) onClientTraffic() gnet.Action {
 // inbound is how many bytes the client sent that are not parsed yet (or
 // wait behind a paused request).
 func (s *session) inbound() int { return s.client.InboundBuffered() + len(s.partial) }
+
+// overInputLimits closes the client and reports true if what it sent and
+// Redis has not processed (unparsed, in gnet or in partial, or parsed and
+// waiting to go to Redis or for its answer) is over the query-buffer
+// limit, or over the client-memory budget (chargeMemory).
+func (s *session) overInputLimits() bool {
+	if q := int64(s.inbound()) + s.backlog(); q > s.srv.cfg.QueryBufferLimit {
+		s.closeFor(closeQueryBuffer, q) // Redis: "closing client that reached max query buffer length"
+		return true
+	} else if q >= heavyBytes && s.chargeMemory() {
+		return true
+	}
+	return false
+}
+
+// inputCheckEvery is how many requests processClient parses between two
+// checks of the input limits: 4096 requests in flight are 224 KB of
+// bookkeeping.
+const inputCheckEvery = 4096
 
 // partialMin is the size from which a request in progress is moved out of
 // gnet into session.partial.
@@ -344,6 +358,14 @@ func (s *session) processClient() {
 				d = s.onCommandCounted(n)
 			} else {
 				d = s.onCommand(n)
+			}
+			// Requests held back by a pause are parsed at once when it ends:
+			// their bookkeeping counts against the limits every
+			// inputCheckEvery requests, not only when the client is read.
+			if s.unchecked++; s.unchecked >= inputCheckEvery {
+				if s.unchecked = 0; s.overInputLimits() {
+					return
+				}
 			}
 			switch d {
 			case decidePause:
