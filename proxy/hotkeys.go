@@ -121,8 +121,19 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 	r.ns += ns
 	l := s.loop
 	s.srv.hk.Record(l.idx, r.tk, r.key, r.net, r.ns)
-	l.hkFree = append(l.hkFree, r)
+	// The pool keeps what a steady stream reuses, not what a burst of
+	// requests in flight (or of long keys) once needed.
+	if len(l.hkFree) < hkFreeMax && cap(r.key) <= hkFreeKeyMax {
+		l.hkFree = append(l.hkFree, r)
+	}
 }
+
+// The pool of spare hot-key records per loop: at most hkFreeMax records,
+// each with a key buffer of at most hkFreeKeyMax bytes.
+const (
+	hkFreeMax    = 1024
+	hkFreeKeyMax = 256
+)
 
 // onHotkeys answers HOTKEYS, or ok=false to forward it: inside MULTI
 // (Cicada cannot put its reply inside EXEC's), in RESP2 subscribed mode
