@@ -315,9 +315,9 @@ const (
 // Shrink lets go of argument buffers a large command grew (up to
 // DefaultCaptureTotal bytes and DefaultCaptureArgs arguments, about
 // 100 KB), for a connection gone idle; the next large command grows them
-// again. It does nothing while a command is in progress (its parsed arguments index these buffers). Args
-// of the last command are invalid after it. It reports whether it freed
-// anything.
+// again. It does nothing while a command is in progress (its parsed
+// arguments index these buffers). Args of the last command are invalid
+// after it. It reports whether it freed anything.
 func (p *RequestParser) Shrink() bool {
 	if p.active {
 		return false // a command in progress indexes these buffers
