@@ -158,7 +158,7 @@ func defaultPort(t *testing.T, flag string) string {
 // distroless static) and print that version.
 func TestDockerfileBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds Cicada")
+		t.Skip("-short: this test builds Cicada with the Dockerfile's go build; make test and CI run it")
 	}
 	stages, _ := dockerStages(t)
 	ctx := buildContext(t)
