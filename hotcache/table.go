@@ -133,15 +133,10 @@ func measure(e *entry) (replies int, size int64) {
 // takes the writer lock only to change something.
 func (c *Cache) Sweep(isCold func(h uint64) bool) {
 	now := c.now()
-	t := c.table.Load()
-	for i := range t.slots {
-		e := t.slots[i].Load()
-		if e == nil {
-			continue
-		}
+	c.published(func(e *entry) {
 		if e.expireAt != 0 && now >= e.expireAt {
 			c.evictEntry(e, ReasonExpired)
-			continue
+			return
 		}
 		dropGet := e.get != nil && isCold(e.hash)
 		var coldFields []string
@@ -151,9 +146,20 @@ func (c *Cache) Sweep(isCold func(h uint64) bool) {
 			}
 		}
 		if !dropGet && coldFields == nil {
-			continue
+			return
 		}
 		c.dropReplies(e, dropGet, coldFields)
+	})
+}
+
+// published calls fn for every entry published in the current table,
+// read without the writer lock (each as of some moment during the call).
+func (c *Cache) published(fn func(*entry)) {
+	t := c.table.Load()
+	for i := range t.slots {
+		if e := t.slots[i].Load(); e != nil {
+			fn(e)
+		}
 	}
 }
 
@@ -238,12 +244,7 @@ type Item struct {
 // goroutine; fn must not call back into the cache's writers.
 func (c *Cache) Items(fn func(Item)) {
 	now := c.now()
-	t := c.table.Load()
-	for i := range t.slots {
-		e := t.slots[i].Load()
-		if e == nil {
-			continue
-		}
+	c.published(func(e *entry) {
 		expired := e.expireAt != 0 && now >= e.expireAt
 		if e.get != nil {
 			fn(Item{DB: int(e.db), Key: e.key, Hash: e.hash, Bytes: len(e.get.bytes), Expired: expired})
@@ -252,5 +253,5 @@ func (c *Cache) Items(fn func(Item)) {
 			fn(Item{DB: int(e.db), Key: e.key, Field: f, IsField: true, Hash: FieldHash(e.hash, []byte(f)),
 				Bytes: len(r.bytes), Expired: expired})
 		}
-	}
+	})
 }

@@ -78,12 +78,11 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 	}
 }
 
-// Metric scrapes one sample from /metrics: name with labels written as
-// in the exposition format (`cicada_cache_hits_total` or
-// `cicada_clients_closed_total{reason="max-client-memory"}`).
-func (p *Binary) Metric(t testing.TB, sample string) float64 {
+// Get returns the body of an admin page (path with its query, e.g.
+// "/debug/pprof/goroutine?debug=2"), on a connection closed after it.
+func (p *Binary) Get(t testing.TB, path string) string {
 	t.Helper()
-	resp, err := adminClient.Get("http://" + p.Admin + "/metrics")
+	resp, err := adminClient.Get("http://" + p.Admin + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +91,15 @@ func (p *Binary) Metric(t testing.TB, sample string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return string(b)
+}
+
+// Metric scrapes one sample from /metrics: name with labels written as
+// in the exposition format (`cicada_cache_hits_total` or
+// `cicada_clients_closed_total{reason="max-client-memory"}`).
+func (p *Binary) Metric(t testing.TB, sample string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(p.Get(t, "/metrics"), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return f

@@ -6,9 +6,7 @@ package resources
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -311,17 +309,7 @@ func goroutines(t *testing.T, p *cicadatest.Binary) int {
 // goroutineProfile returns Cicada's goroutines, one stack each (debug=2).
 func goroutineProfile(t *testing.T, p *cicadatest.Binary) string {
 	t.Helper()
-	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // holds no descriptor in Cicada
-	resp, err := c.Get("http://" + p.Admin + "/debug/pprof/goroutine?debug=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return p.Get(t, "/debug/pprof/goroutine?debug=2")
 }
 
 // waitClosed waits up to 10 s for Cicada to close every connection.
