@@ -87,12 +87,13 @@ const (
 	ReasonCapacity                   // room was needed (entries or bytes)
 	ReasonFlush                      // FLUSHALL/FLUSHDB/SWAPDB or a lost subscription
 	ReasonConfig                     // a live configuration change (SetLimits, SetDenied, SetEnabled)
+	ReasonCluster                    // the key's hash slot is no longer served by the node (Redis Cluster)
 	numReasons
 )
 
 // String returns the metrics label of r.
 func (r Reason) String() string {
-	return [...]string{"write", "notification", "expired", "cold", "capacity", "flush", "config"}[r]
+	return [...]string{"write", "notification", "expired", "cold", "capacity", "flush", "config", "cluster"}[r]
 }
 
 // reply is one cached reply. Immutable once published.

@@ -82,11 +82,26 @@ func (c *Cache) SetDenied(denied func(key []byte) bool) {
 	c.denied.Store(&denied)
 	// A fill that checked the old list before this Store may still publish
 	// a matching key: the epoch bump makes its ticket invalid.
+	c.evictKeysLocked(denied, ReasonConfig)
+}
+
+// EvictKeys evicts every cached key for which match returns true (called
+// with the key's bytes, which it must not keep) and refuses every fill
+// begun before the call, matching or not: the caller has already made
+// sure fills begun after it cannot store a matching key. Safe from any
+// goroutine.
+func (c *Cache) EvictKeys(match func(key []byte) bool, why Reason) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evictKeysLocked(match, why)
+}
+
+func (c *Cache) evictKeysLocked(match func(key []byte) bool, why Reason) {
 	c.epoch.Add(1)
 	for r := c.oldest; r != nil; {
 		next := r.next
-		if denied([]byte(r.e.key)) {
-			c.removeLocked(r, ReasonConfig)
+		if match([]byte(r.e.key)) {
+			c.removeLocked(r, why)
 		}
 		r = next
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"strconv"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/proxy/command"
@@ -108,6 +109,11 @@ func (s *session) onCommand(n int) decision {
 			sl.auth, sl.anon = true, true
 		}
 		pauseAfter = true
+	case "readonly", "readwrite":
+		sl.act = actReadonly
+		if name == "readonly" {
+			sl.arg = 1
+		}
 	case "client|tracking":
 		sl.act = actTracking
 		if command.EqualFold(args[2], "on") {
@@ -150,7 +156,7 @@ func (s *session) onCommand(n int) decision {
 		}
 	}
 	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking:
+	case actSelect, actAuth, actHello, actTracking, actReadonly:
 		if s.sendMulti {
 			// Probably queued, to take effect at EXEC (see applyTx). Wait
 			// for Redis's answer: +QUEUED, or the change itself if MULTI
@@ -343,10 +349,16 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		dh = hotcache.FieldHash(h, field)
 	}
 	srv.det.Observe(s.loop.idx, dh)
+	// In Redis Cluster, only a key of a slot the node answers for (cluster.Topology).
+	clustered := srv.topo.Enabled()
+	cslot := 0
+	if clustered {
+		cslot = cluster.Slot(key)
+	}
 	if s.slots.len() > 0 {
 		// Answer it once the replies before it are in, if it is cached and
 		// nothing sent so far rules a local answer out.
-		if !s.sendMulti && !s.opaqueSend && !s.rawRequests {
+		if !s.sendMulti && !s.opaqueSend && !s.rawRequests && (!clustered || srv.topo.Answerable(cslot, s.readonly)) {
 			s.checkFresh()
 			if _, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto); st == hotcache.Hit {
 				return decidePause, true
@@ -354,7 +366,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		}
 		return s.forwardRead(nil), true
 	}
-	if !s.canAnswer() {
+	if !s.canAnswer() || (clustered && !srv.topo.Answerable(cslot, s.readonly)) {
 		return s.forwardRead(nil), true
 	}
 	s.checkFresh()
@@ -387,7 +399,9 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 			break
 		}
 		t, ok := srv.cache.BeginFill(h)
-		if !ok {
+		// The view is read after the ticket: a view that loses the slot
+		// is published before the epoch moves (keyspace.applyCluster).
+		if !ok || (clustered && !srv.topo.Answerable(cslot, s.readonly)) {
 			break
 		}
 		ri := &readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,

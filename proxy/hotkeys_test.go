@@ -7,6 +7,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
@@ -45,6 +46,7 @@ func (quietFencer) Events() uint64                                    { return 0
 func (quietFencer) Reconnects() uint64                                { return 0 }
 func (quietFencer) Flushes() uint64                                   { return 0 }
 func (quietFencer) IdleTimeout() time.Duration                        { return 0 }
+func (quietFencer) Cluster() *cluster.Topology                        { return cluster.NewTopology() }
 func (quietFencer) OutputLimit(bool) (int64, int64, time.Duration) {
 	return 0, 0, 0
 }

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 )
@@ -198,6 +199,9 @@ func (s *session) onFrame(fr *resp.Frame) {
 	// An error may be Redis refusing the connection itself (maxclients,
 	// protected mode), sent before it read anything.
 	s.accepted = s.accepted || (v.Type != resp.TypeError && v.Type != resp.TypeBulkError)
+	if v.Type == resp.TypeError && s.srv.topo.Enabled() {
+		s.noteClusterError(v.Head())
+	}
 	conf, isConf := subConfirmation(fr)
 	switch {
 	case v.Type == resp.TypePush:
@@ -315,7 +319,7 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 func (s *session) deferQueued(sl *slot) {
 	s.multiRules = s.multiRules || sl.act == actAuthRules
 	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking:
+	case actSelect, actAuth, actHello, actTracking, actReadonly:
 		s.multiActs = append(s.multiActs, queuedAct{idx: s.txQueued, sl: *sl})
 		if sl.act == actSelect {
 			s.txDB, s.txDBSet = sl.arg, true
@@ -396,13 +400,15 @@ func (s *session) confirm(sl *slot) {
 		s.endMulti()
 		s.db, s.proto = 0, 2
 		s.setFresh()
-		s.tracking = false
+		s.tracking, s.readonly = false, false
 		s.subs = [3]int64{}
 	case actMulti:
 		s.multi = true
 		s.txQueued = 0
 	case actTracking:
 		s.tracking = sl.arg == 1
+	case actReadonly:
+		s.readonly = sl.arg == 1
 	case actAuthRules:
 		srv.ids.rulesChanged()
 		srv.cache.Flush()
@@ -557,3 +563,30 @@ func atoi(b []byte) (int64, bool) {
 	}
 	return v, true
 }
+
+// noteClusterError tells the cluster view about a -MOVED or -CLUSTERDOWN
+// reply (head: the error line's start) before the client sees it: if the
+// view said the node would have answered, it is stale, and no GET is
+// answered from it until a new one is read (cluster.Topology.Contradicted).
+func (s *session) noteClusterError(head []byte) {
+	switch {
+	case bytes.HasPrefix(head, movedPrefix):
+		slot, n := 0, 0
+		for _, c := range head[len(movedPrefix):] {
+			if c < '0' || c > '9' || n == 5 {
+				break
+			}
+			slot, n = slot*10+int(c-'0'), n+1
+		}
+		if n > 0 && slot < cluster.Slots {
+			s.srv.topo.Contradicted(slot, s.readonly)
+		}
+	case bytes.HasPrefix(head, clusterDownPrefix):
+		s.srv.topo.Contradicted(-1, s.readonly)
+	}
+}
+
+var (
+	movedPrefix       = []byte("MOVED ")
+	clusterDownPrefix = []byte("CLUSTERDOWN ")
+)

@@ -12,6 +12,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
@@ -57,6 +58,9 @@ type Notifications interface {
 	// subscribed client: hard and soft bytes, and how long the soft limit
 	// may be exceeded; zeros mean none.
 	OutputLimit(pubsub bool) (hard, soft int64, softFor time.Duration)
+	// Cluster is the view of the Redis Cluster slots the node answers
+	// for (Enabled false outside cluster mode).
+	Cluster() *cluster.Topology
 }
 
 // Config configures a Server.
@@ -114,6 +118,7 @@ type Server struct {
 	cache  *hotcache.Cache
 	det    *detector.Detector
 	fencer Notifications
+	topo   *cluster.Topology // fencer.Cluster()
 	ids    *identities
 	hk     *hotkeys.Tracker // HOTKEYS session state (hotkeys.go)
 	perms  permCache        // ACL users checked for HOTKEYS (hotkeys_acl.go)
@@ -226,6 +231,7 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		cache:  cache,
 		det:    det,
 		fencer: fencer,
+		topo:   fencer.Cluster(),
 		ids:    newIdentities(),
 		hk:     hotkeys.NewTracker(det.Loops(), nil, nil),
 		log:    cfg.Logger,

@@ -35,6 +35,7 @@ const (
 	actDiscard          // DISCARD: queued writes end unexecuted
 	actTracking         // CLIENT TRACKING; arg = 1 on, 0 off
 	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
+	actReadonly         // READONLY (arg = 1) or READWRITE (arg = 0): Redis Cluster replica reads
 )
 
 // hold is a cache suspension a slot keeps until its reply (one Suspend),
@@ -146,6 +147,7 @@ type session struct {
 	userAnon bool   // authenticated as a user Cicada cannot name (or the user "")
 	multi    bool
 	tracking bool
+	readonly bool     // READONLY confirmed (Redis Cluster): a replica answers its master's slots
 	subs     [3]int64 // channels, patterns, shard channels
 
 	// Send side.

@@ -62,6 +62,11 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 		case <-ctx.Done():
 			return
 		case <-s.kick:
+		case <-s.topo.Kicked():
+			if err := s.checkCluster(ctx, ctl); err != nil {
+				fail(err)
+				return
+			}
 		case <-counters.C:
 			if err := s.checkCounters(ctx, ctl); err != nil {
 				fail(err)
@@ -252,14 +257,32 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 
 func (s *Subscriber) readCounters(ctx context.Context, ctl *redis.Client) (map[string]int64, error) {
 	pipe := ctl.Pipeline()
-	info := pipe.Info(ctx, "commandstats", "stats")
+	info := pipe.Info(ctx, "commandstats", "stats", "cluster")
 	var acl *redis.StringSliceCmd
 	if !s.noACLList {
 		acl = pipe.ACLList(ctx)
 	}
+	clustered := s.topo.Enabled()
+	var begin uint64
+	var cinfo, cnodes *redis.StringCmd
+	if clustered {
+		begin = s.topo.Begin()
+		cinfo, cnodes = queueClusterRead(ctx, pipe)
+	}
 	_, _ = pipe.Exec(ctx)
 	if err := info.Err(); err != nil {
-		return nil, fmt.Errorf("keyspace: INFO commandstats stats: %w", err)
+		return nil, fmt.Errorf("keyspace: INFO commandstats stats cluster: %w", err)
+	}
+	s.noteClusterEnabled(info.Val())
+	switch {
+	case clustered && s.topo.Enabled():
+		if err := s.applyCluster(cinfo, cnodes, begin); err != nil {
+			return nil, err
+		}
+	case s.topo.Enabled():
+		if err := s.checkCluster(ctx, ctl); err != nil {
+			return nil, err
+		}
 	}
 	calls := parseCalls(info.Val(), watched)
 	if acl != nil {

@@ -50,6 +50,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 )
 
@@ -111,6 +112,8 @@ type Subscriber struct {
 	reconnects atomic.Uint64
 	flushes    atomic.Uint64               // flushes of Redis seen through tracking
 	watch      atomic.Pointer[watchedConn] // the notification connection, for Quiet
+	topo       *cluster.Topology           // Redis Cluster view (cluster.go)
+	role       atomic.Pointer[roleWatch]   // the blocked WAIT of a master, or nil (cluster.go)
 
 	fmu       sync.Mutex // guards the following
 	requested uint64     // fences requested so far
@@ -139,7 +142,8 @@ func New(cfg Config, cache *hotcache.Cache) *Subscriber {
 		cfg.Logger = zap.NewNop()
 	}
 	cache.Suspend()
-	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: true}
+	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: true,
+		topo: cluster.NewTopology()}
 }
 
 // Ready reports whether notifications are flowing and the cache may answer.
@@ -195,7 +199,11 @@ func (s *Subscriber) Unapplied(dst []uint64, scratch []byte) (hashes []uint64, a
 	if w == nil {
 		return dst, true
 	}
-	return w.unapplied(dst, scratch)
+	hashes, all = w.unapplied(dst, scratch)
+	if !all && !s.roleSettled(scratch) {
+		all = true // a master's role may have changed (cluster.go)
+	}
+	return hashes, all
 }
 
 // Fence releases one cache.Suspend (taken by the caller before it sent a
@@ -398,10 +406,14 @@ func (s *Subscriber) session(ctx context.Context) error {
 					s.log.Warn("FLUSHALL/FLUSHDB sent to Redis directly will not be detected", zap.Error(err))
 				}
 				s.up()
-				pinger.Add(1)
+				pinger.Add(2)
 				go func() {
 					defer pinger.Done()
 					s.control(sctx, ps, ctl, tracking)
+				}()
+				go func() {
+					defer pinger.Done()
+					s.watchRole(sctx)
 				}()
 			default:
 				// go-redis re-subscribed on a new connection: events may

@@ -1,0 +1,235 @@
+package keyspace
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/hotcache"
+)
+
+// Redis Cluster. A node can stop answering for a slot without a keyspace
+// notification: a slot given to another node while this one still holds
+// keys of it has them deleted silently (Redis 7.0), and a failover turns a
+// master into a replica that answers -MOVED. So in cluster mode the
+// control goroutine reads CLUSTER INFO and CLUSTER NODES with every
+// reading of the counters (and at once when an event loop saw a redirect
+// contradicting the view, cluster.Topology.Contradicted), publishes the
+// view the event loops answer from, and evicts the keys of slots the node
+// no longer serves.
+//
+// A master turned replica is also seen the moment it happens: a fourth
+// connection (cicada-role-watch) blocks in WAIT for more replicas than
+// exist, and Redis unblocks every blocked client with -UNBLOCKED when it
+// becomes a replica (disconnectAllBlockedClients in replicationSetMaster).
+// Unapplied treats a reply waiting on that socket like an unapplied
+// notification: no hit is answered from a master's view while the WAIT is
+// not known to be blocked.
+
+// waitReplicas is the replica count the role watch's WAIT asks for: more
+// than any Redis has (WAIT's count is a long; this one fits in 31 bits).
+const waitReplicas = "2147483647"
+
+// roleWatch is the blocked WAIT connection. Its fields are set before it
+// is published in Subscriber.role and never change; the watch goroutine
+// unpublishes it before it reads from or closes the socket.
+type roleWatch struct {
+	fd int
+}
+
+// Cluster returns the view of the node's slots the event loops answer
+// from; its Enabled is false unless Redis runs in cluster mode.
+func (s *Subscriber) Cluster() *cluster.Topology { return s.topo }
+
+// noteClusterEnabled records INFO cluster's cluster_enabled from info.
+// Turning on or off flushes the cache: what it holds was read under the
+// other mode.
+func (s *Subscriber) noteClusterEnabled(info string) {
+	on := strings.Contains(info, "cluster_enabled:1")
+	if on == s.topo.Enabled() {
+		return
+	}
+	s.topo.SetEnabled(on)
+	s.cache.Flush()
+	s.log.Info("Redis Cluster mode", zap.Bool("enabled", on))
+}
+
+// queueClusterRead adds CLUSTER INFO and CLUSTER NODES to pipe.
+func queueClusterRead(ctx context.Context, pipe redis.Pipeliner) (info, nodes *redis.StringCmd) {
+	return pipe.ClusterInfo(ctx), pipe.ClusterNodes(ctx)
+}
+
+// applyCluster publishes the view read from info and nodes (sent after
+// Topology.Begin returned begin), and when it differs from the last one
+// evicts the keys of slots no longer served; either way fills begun
+// before are refused (EvictKeys), so none can store a key of a slot lost
+// meanwhile.
+func (s *Subscriber) applyCluster(info, nodes *redis.StringCmd, begin uint64) error {
+	if err := info.Err(); err != nil {
+		return fmt.Errorf("keyspace: CLUSTER INFO: %w", err)
+	}
+	if err := nodes.Err(); err != nil {
+		return fmt.Errorf("keyspace: CLUSTER NODES: %w", err)
+	}
+	v, err := cluster.ParseNodes(nodes.Val(), strings.Contains(info.Val(), "cluster_state:ok"))
+	if err != nil {
+		return err
+	}
+	old := s.topo.Publish(v, begin)
+	if old != nil && old.Same(v) {
+		return nil
+	}
+	if old == nil {
+		old = &cluster.View{}
+	}
+	s.cache.EvictKeys(func(key []byte) bool { return old.Lost(v, cluster.Slot(key)) }, hotcache.ReasonCluster)
+	s.log.Info("cluster view changed", zap.Stringer("role", v.Role), zap.Bool("ok", v.OK),
+		zap.Int("slots", v.ServedCount()), zap.Stringer("was", old.Role), zap.Int("had", old.ServedCount()))
+	return nil
+}
+
+// checkCluster reads and applies the view now (after a contradiction).
+func (s *Subscriber) checkCluster(ctx context.Context, ctl *redis.Client) error {
+	begin := s.topo.Begin()
+	pipe := ctl.Pipeline()
+	info, nodes := queueClusterRead(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	return s.applyCluster(info, nodes, begin)
+}
+
+// roleSettled reports whether a master's view may be answered from: the
+// role watch's WAIT is blocked and nothing waits on its socket. A
+// replica's view, or no cluster, needs no watch. Safe from any goroutine;
+// one recv(MSG_PEEK) system call for a master.
+func (s *Subscriber) roleSettled(scratch []byte) bool {
+	if !s.topo.Enabled() {
+		return true
+	}
+	if v := s.topo.View(); v == nil || v.Role != cluster.RoleMaster {
+		return true
+	}
+	w := s.role.Load()
+	if w == nil {
+		return false
+	}
+	_, errno := peek(w.fd, scratch[:1])
+	// Unpublished before its socket is read or closed: still published,
+	// the descriptor was this socket when peeked.
+	return (errno == unix.EAGAIN || errno == unix.EWOULDBLOCK) && s.role.Load() == w
+}
+
+// watchRole keeps the role watch blocked whenever the view says master,
+// until ctx is done. Runs on its own goroutine for one subscription
+// session.
+func (s *Subscriber) watchRole(ctx context.Context) {
+	for ctx.Err() == nil {
+		if v := s.topo.View(); !s.topo.Enabled() || v == nil || v.Role != cluster.RoleMaster {
+			select {
+			case <-ctx.Done():
+			case <-time.After(s.cfg.CountersInterval):
+			}
+			continue
+		}
+		err := s.blockRole(ctx)
+		if ctx.Err() == nil {
+			s.log.Debug("role watch ended", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(s.cfg.CountersInterval):
+			}
+		}
+	}
+}
+
+// errUnblocked is blockRole's error when the WAIT was answered.
+var errUnblocked = errors.New("keyspace: role watch answered")
+
+// blockRole opens the role watch connection, sends WAIT, publishes it,
+// and returns when anything arrives on it (the node changed role, or
+// the connection failed) or ctx is done.
+func (s *Subscriber) blockRole(ctx context.Context) error {
+	d := net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: time.Minute}
+	c, err := d.DialContext(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
+	var req []byte
+	replies := 1
+	if s.cfg.Password != "" || s.cfg.Username != "" {
+		replies++
+		user := s.cfg.Username
+		if user == "" {
+			user = "default"
+		}
+		req = appendCommand(req, "AUTH", user, s.cfg.Password)
+	}
+	req = appendCommand(req, "CLIENT", "SETNAME", "cicada-role-watch")
+	_ = c.SetDeadline(time.Now().Add(s.cfg.DialTimeout + 2*s.cfg.CheckInterval))
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	br := bufio.NewReader(c)
+	for range replies {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+") {
+			return fmt.Errorf("keyspace: role watch: %s", strings.TrimSpace(line))
+		}
+	}
+	_ = c.SetDeadline(time.Time{})
+	if _, err := c.Write(appendCommand(nil, "WAIT", waitReplicas, "0")); err != nil {
+		return err
+	}
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var w *roleWatch
+	if err := raw.Control(func(fd uintptr) { w = &roleWatch{fd: int(fd)} }); err != nil {
+		return err
+	}
+	s.role.Store(w)
+	defer s.role.Store(nil)
+	one := make([]byte, 1)
+	// Wait for readability without reading: the watch must be
+	// unpublished before its bytes leave the socket.
+	err = raw.Read(func(fd uintptr) bool {
+		_, errno := peek(int(fd), one)
+		return errno != unix.EAGAIN && errno != unix.EWOULDBLOCK
+	})
+	s.role.Store(nil)
+	if err != nil {
+		return err
+	}
+	return errUnblocked
+}
+
+// appendCommand appends args as a RESP array of bulk strings.
+func appendCommand(b []byte, args ...string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
