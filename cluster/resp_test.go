@@ -16,7 +16,7 @@ type tv struct {
 	T    byte
 	S    string // line or payload
 	Null bool
-	Kids []tv // aggregates; maps as name, value, name, value...
+	Kids []tv // aggregates; maps as name, value, ...; attributes as name, value, ..., annotated value
 }
 
 var errShort = errors.New("short or bad RESP")
@@ -47,7 +47,7 @@ func decode(b string) (tv, string, error) {
 			return tv{}, "", errShort
 		}
 		v.S, rest = rest[:n], rest[n+2:]
-	case '*', '%', '~', '>':
+	case '*', '%', '~', '>', '|':
 		n, err := strconv.Atoi(line)
 		if err != nil {
 			return tv{}, "", errShort
@@ -56,8 +56,11 @@ func decode(b string) (tv, string, error) {
 			v.Null = true
 			break
 		}
-		if v.T == '%' {
+		switch v.T {
+		case '%':
 			n *= 2
+		case '|': // the pairs, then the value they annotate
+			n = 2*n + 1
 		}
 		for range n {
 			var k tv
@@ -83,10 +86,13 @@ func encode(v tv) string {
 	switch v.T {
 	case '$', '=', '!':
 		return fmt.Sprintf("%c%d\r\n%s\r\n", v.T, len(v.S), v.S)
-	case '*', '%', '~', '>':
+	case '*', '%', '~', '>', '|':
 		n := len(v.Kids)
-		if v.T == '%' {
+		switch v.T {
+		case '%':
 			n /= 2
+		case '|':
+			n = (n - 1) / 2
 		}
 		s := fmt.Sprintf("%c%d\r\n", v.T, n)
 		for _, k := range v.Kids {

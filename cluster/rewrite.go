@@ -189,6 +189,14 @@ type rewriter struct {
 	edits []edit
 }
 
+// next reads a value the walk examines. A RESP3 attribute there (Redis
+// sends none in these replies) makes the reply one of an unknown shape;
+// values read with reader.next only to be skipped may carry attributes.
+func (w *rewriter) next() (value, bool) {
+	v, ok := w.reader.next()
+	return v, ok && v.typ != '|'
+}
+
 func (w *rewriter) apply() []byte {
 	slices.SortFunc(w.edits, func(a, b edit) int { return a.start - b.start })
 	n := len(w.b)
@@ -239,7 +247,7 @@ func (w *rewriter) slotsNode() bool {
 		return false
 	}
 	for i := 2; i < v.n; i++ {
-		e, ok := w.next()
+		e, ok := w.reader.next() // an id or metadata with an attribute is skipped
 		if !ok {
 			return false
 		}
@@ -276,7 +284,7 @@ func (w *rewriter) shards() bool {
 			if !ok || !k.str() {
 				return false
 			}
-			v, ok := w.next()
+			v, ok := w.reader.next()
 			if !ok {
 				return false
 			}
