@@ -63,8 +63,9 @@ func TopologyCommand(args [][]byte) Reply {
 // exact entry needs its host.
 //
 // It returns a new reply and true when reply is a redirect whose address
-// the map changes; (nil, false) otherwise. A reply not starting with
-// "-MOVED " or "-ASK " costs one prefix check and no allocation.
+// the map changes; (nil, false) otherwise. reply is not modified. A reply
+// not starting with "-MOVED " or "-ASK " costs two prefix checks and no
+// allocation.
 func (m *AddrMap) RewriteRedirect(reply []byte) ([]byte, bool) {
 	var prefix []byte
 	switch {
