@@ -163,6 +163,8 @@ type Topology struct {
 	// only while it was read after the last of them.
 	dirt atomic.Uint64
 	kick chan struct{}
+	// changes counts published views that differ from the one before.
+	changes atomic.Uint64
 }
 
 // NewTopology returns a Topology for a node not known to be in a cluster
@@ -195,8 +197,19 @@ func (t *Topology) Begin() uint64 { return t.dirt.Load() }
 func (t *Topology) Publish(v *View, begin uint64) *View {
 	c := *v
 	c.clean = begin
-	return t.view.Swap(&c)
+	old := t.view.Swap(&c)
+	if old == nil || !old.Same(&c) {
+		t.changes.Add(1)
+	}
+	return old
 }
+
+// Changes returns how many published views differed from the one before
+// (the first included).
+func (t *Topology) Changes() uint64 { return t.changes.Load() }
+
+// Contradictions returns how many redirects made a view stale.
+func (t *Topology) Contradictions() uint64 { return t.dirt.Load() }
 
 // Answerable reports whether the node would answer a GET of a key in slot
 // itself rather than with -MOVED or -CLUSTERDOWN, as far as the published

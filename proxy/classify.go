@@ -164,6 +164,9 @@ func (s *session) onCommand(n int) decision {
 			s.txState, pauseAfter = true, true
 		}
 	}
+	if srv := s.srv; srv.cfg.AddrMap.Len() > 0 && !s.sendMulti {
+		sl.rewrite = cluster.TopologyCommand(args)
+	}
 	s.effects(spec, args, argc, &sl)
 	if sl.act == actExec {
 		s.applyTxEffects(&sl)

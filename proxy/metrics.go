@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 )
 
@@ -47,6 +48,14 @@ var (
 		"Times the keyspace-notification subscription was established.", nil, nil)
 	descUpstreamLatency = prometheus.NewDesc("cicada_upstream_request_duration_seconds",
 		"Time from Cicada forwarding a request to Redis's reply reaching it, for one request per round trip per connection (the first of a pipeline).", nil, nil)
+	descClusterSlots = prometheus.NewDesc("cicada_cluster_slots",
+		"Redis Cluster hash slots the node answers GET for, as Cicada last read them (a replica's: its master's, for READONLY connections); 0 outside cluster mode.", nil, nil)
+	descClusterMaster = prometheus.NewDesc("cicada_cluster_master",
+		"1 while the Redis Cluster node behind Cicada is a master, 0 for a replica or outside cluster mode.", nil, nil)
+	descClusterChanges = prometheus.NewDesc("cicada_cluster_view_changes_total",
+		"Times the node's role, served slots or cluster state changed, as Cicada read them.", nil, nil)
+	descClusterContradictions = prometheus.NewDesc("cicada_cluster_redirects_total",
+		"-MOVED and -CLUSTERDOWN replies that showed Cicada's view of the node stale (no cache answers until it is read again).", nil, nil)
 	descFlushes = prometheus.NewDesc("cicada_redis_flushes_total",
 		"FLUSHALL/FLUSHDB executed by Redis (from any client), each emptying the cache.", nil, nil)
 )
@@ -62,7 +71,8 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descClosed, descInflight,
-		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes} {
+		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
+		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
 	}
 }
@@ -112,6 +122,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvents, srv.fencer.Events())
 	counter(descSubConnects, srv.fencer.Reconnects())
 	counter(descFlushes, srv.fencer.Flushes())
+	var slots, master float64
+	if v := srv.topo.View(); v != nil && srv.topo.Enabled() {
+		slots, master = float64(v.ServedCount()), b2f(v.Role == cluster.RoleMaster)
+	}
+	gauge(descClusterSlots, slots)
+	gauge(descClusterMaster, master)
+	counter(descClusterChanges, srv.topo.Changes())
+	counter(descClusterContradictions, srv.topo.Contradictions())
 }
 
 func b2f(b bool) float64 {

@@ -51,7 +51,9 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			off = len(buf)
 			break
 		}
+		start := -1 // where the reply began, if in this call
 		if !s.framer.InProgress() {
+			start = off
 			s.startFrame(buf[off])
 			if s.opaqueRecv {
 				continue
@@ -76,6 +78,9 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		if s.capturing {
 			s.captureBytes(buf[off : off+n])
 		}
+		if s.rewriting != cluster.ReplyNone {
+			s.rewriteBuf = append(s.rewriteBuf, buf[off:off+n]...)
+		}
 		off += n
 		if s.swallowing {
 			fwd = off
@@ -89,7 +94,19 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			}
 			break
 		}
-		s.onFrame(s.framer.Frame())
+		fr := s.framer.Frame()
+		s.onFrame(fr)
+		switch m := s.srv.cfg.AddrMap; {
+		case s.rewriting != cluster.ReplyNone:
+			l.downv = append(l.downv, m.Rewrite(s.rewriting, s.rewriteBuf))
+			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
+		case start >= 0 && !s.swallowing && fr.Value.Type == resp.TypeError && m.Len() > 0:
+			// -MOVED/-ASK: one line, always read whole in one call.
+			if b, ok := m.RewriteRedirect(buf[start:off]); ok {
+				l.downv = append(l.downv, buf[fwd:start], b)
+				fwd = off
+			}
+		}
 		s.swallowing, s.capturing = false, false
 		if hr != nil {
 			s.hkFrameDone(hr, t0)
@@ -151,6 +168,8 @@ func (s *session) startFrame(first byte) {
 	switch {
 	case head.kind == slotSwallow:
 		s.swallowing = true
+	case head.rewrite != cluster.ReplyNone:
+		s.swallowing, s.rewriting, s.rewriteBuf = true, head.rewrite, nil
 	case head.read != nil && head.read.fill:
 		s.capturing = true
 		s.overflow = false

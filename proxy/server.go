@@ -107,6 +107,10 @@ type Config struct {
 	// changes. nil: HOTKEYS is answered without an ACL check (tests,
 	// embedders without ACL users).
 	ACLUser func(ctx context.Context, name string) (hotkeys.UserACL, error)
+	// AddrMap rewrites the node addresses Redis Cluster announces in
+	// CLUSTER SLOTS, SHARDS, NODES, REPLICAS and -MOVED/-ASK replies into
+	// the sidecars' (cluster.AddrMap); nil or empty rewrites nothing.
+	AddrMap *cluster.AddrMap
 }
 
 // Server is the proxy: a gnet engine plus the shared cache, detector and

@@ -7,6 +7,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 )
@@ -63,6 +64,9 @@ type slot struct {
 	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	read    *readInfo // GET/HGET bookkeeping, rare
 	hk      *hkReq    // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
+	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
+	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
+	rewrite cluster.Reply
 }
 
 // queuedAct is a connection state change queued in a transaction: it takes
@@ -185,6 +189,8 @@ type session struct {
 	// Reply side, per frame.
 	swallowing bool
 	capturing  bool
+	rewriting  cluster.Reply // the reply being read is rewritten whole (rewriteBuf) once complete
+	rewriteBuf []byte
 	capture    []byte
 	overflow   bool
 	keysBuf    []commandKey

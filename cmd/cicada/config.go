@@ -36,6 +36,8 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+
+	"github.com/cicada-proxy/cicada/cluster"
 )
 
 // version is the build's version, set with -ldflags "-X main.version=...".
@@ -105,6 +107,12 @@ type Config struct {
 	// From YAML a list, from the environment or the flag a comma-separated
 	// string. Default none. Live.
 	CacheDeny []string `koanf:"cache-deny"`
+	// ClusterAddressMap are "from=to" entries (cluster.ParseAddrMap:
+	// "host:port=host:port", or ":port=:port" for any host) rewriting the
+	// node addresses Redis Cluster announces into the sidecars'. From YAML
+	// a list, from the environment or the flag comma-separated. Default
+	// none: Redis announces the sidecars itself (cluster-announce-port).
+	ClusterAddressMap []string `koanf:"cluster-address-map"`
 	// UpstreamUser is the ACL user of Cicada's own control and notification
 	// connections; "" (the default) means Redis's default user.
 	UpstreamUser string `koanf:"upstream-user"`
@@ -182,6 +190,7 @@ var settings = []setting{
 	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
 	{key: "cache-enabled", def: true, usage: "cache hot keys; false forwards every request (live)"},
 	{key: "cache-deny", def: []string{}, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*' (live)"},
+	{key: "cluster-address-map", def: []string{}, usage: "Redis Cluster: comma-separated redisHost:port=sidecarHost:port (or :6379=:6380 for any host) rewriting node addresses in CLUSTER SLOTS/SHARDS/NODES and -MOVED/-ASK; not needed when Redis sets cluster-announce-port"},
 	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
 	{key: "upstream-password", def: "", noFlag: true},
 	{key: "upstream-password-file", def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
@@ -431,6 +440,7 @@ func decode(k *koanf.Koanf) (*Config, error) {
 		CacheMaxBytes:          d.size("cache-max-bytes"),
 		CacheEnabled:           d.boolean("cache-enabled"),
 		CacheDeny:              d.patterns("cache-deny"),
+		ClusterAddressMap:      d.addrMap("cluster-address-map"),
 		UpstreamUser:           d.str("upstream-user"),
 		UpstreamPassword:       d.str("upstream-password"),
 		UpstreamPasswordFile:   d.str("upstream-password-file"),
@@ -486,15 +496,14 @@ func (d *decoder) boolean(key string) bool {
 	}
 }
 
-// patterns accepts a list of strings, or one string of comma-separated
-// items (from the environment or the flag); blanks are dropped. Each must
-// compile as a glob pattern.
-func (d *decoder) patterns(key string) []string {
-	var items []string
+// list accepts a list of strings, or one string of items split by split
+// (from the environment or the flag).
+func (d *decoder) list(key string, split func(string) []string) []string {
 	switch v := d.k.Get(key).(type) {
 	case []string:
-		items = v
+		return v
 	case []any:
+		items := make([]string, 0, len(v))
 		for _, x := range v {
 			s, ok := x.(string)
 			if !ok {
@@ -503,12 +512,35 @@ func (d *decoder) patterns(key string) []string {
 			}
 			items = append(items, s)
 		}
+		return items
 	case string:
-		items = splitPatterns(v)
+		return split(v)
 	default:
-		d.fail(key, "must be a list of patterns, got %s", kindOf(v))
+		d.fail(key, "must be a list of strings, got %s", kindOf(v))
 		return nil
 	}
+}
+
+// addrMap accepts what list does, comma-separated; blanks are dropped, and
+// the entries must parse with cluster.ParseAddrMap.
+func (d *decoder) addrMap(key string) []string {
+	out := []string{}
+	for _, e := range d.list(key, func(s string) []string { return strings.Split(s, ",") }) {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	if _, err := cluster.ParseAddrMap(out); err != nil {
+		d.fail(key, "%v", err)
+		return nil
+	}
+	return out
+}
+
+// patterns accepts what list does, comma-separated as splitPatterns
+// splits; blanks are dropped. Each must compile as a glob pattern.
+func (d *decoder) patterns(key string) []string {
+	items := d.list(key, splitPatterns)
 	out := []string{}
 	for _, p := range items {
 		if p = strings.TrimSpace(p); p == "" {
@@ -775,6 +807,7 @@ func (c *Config) Redacted() map[string]any {
 		"cache-max-bytes":           c.CacheMaxBytes,
 		"cache-enabled":             c.CacheEnabled,
 		"cache-deny":                slices.Clone(c.CacheDeny),
+		"cluster-address-map":       slices.Clone(c.ClusterAddressMap),
 		"upstream-user":             c.UpstreamUser,
 		"upstream-password":         password,
 		"upstream-password-file":    c.UpstreamPasswordFile,

@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		CacheMaxBytes:          64 << 20,
 		CacheEnabled:           true,
 		CacheDeny:              []string{},
+		ClusterAddressMap:      []string{},
 		ConfigureNotifications: true,
 		DialTimeout:            2 * time.Second,
 		ShutdownTimeout:        10 * time.Second,
@@ -431,6 +432,9 @@ func TestLoadErrors(t *testing.T) {
 		{"file not a mapping", []string{"--config", list}, nil, "config: " + list + ": must be a YAML mapping of settings (lines of \"setting: value\")"},
 		{"unknown flag", []string{"--hot-treshold", "5"}, nil, "unknown flag: --hot-treshold"},
 		{"positional", []string{"extra"}, nil, `unexpected argument "extra": cicada takes only flags`},
+		{"bad address map", []string{"--cluster-address-map", "127.0.0.1:7000=:7100"}, nil,
+			`cluster-address-map: cluster: address map: port-only side paired with a host side: "127.0.0.1:7000=:7100"`},
+		{"address map port", nil, []string{"CICADA_CLUSTER_ADDRESS_MAP=:6379=:0"}, `cluster-address-map: cluster: address map: bad port: ":6379=:0": "0": want 1-65535`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -451,6 +455,22 @@ func TestLoadErrors(t *testing.T) {
 		_, err := Load([]string{"--config", writeFile(t, "c.yaml", body)}, nil)
 		if err == nil || !strings.HasPrefix(err.Error(), key+": ") {
 			t.Errorf("%q: got %v, want an error starting with %q", body, err, key+": ")
+		}
+	}
+}
+
+// TestClusterAddressMap: the map comes as a comma-separated flag or
+// variable, or a YAML list; blanks are dropped.
+func TestClusterAddressMap(t *testing.T) {
+	want := []string{"127.0.0.1:7000=127.0.0.1:7100", ":6379=:6380"}
+	file := writeFile(t, "map.yaml", "cluster-address-map:\n  - 127.0.0.1:7000=127.0.0.1:7100\n  - :6379=:6380\n")
+	for _, c := range []struct{ args, environ []string }{
+		{[]string{"--cluster-address-map", "127.0.0.1:7000=127.0.0.1:7100, :6379=:6380,"}, nil},
+		{nil, []string{"CICADA_CLUSTER_ADDRESS_MAP=127.0.0.1:7000=127.0.0.1:7100,:6379=:6380"}},
+		{[]string{"--config", file}, nil},
+	} {
+		if got := mustLoad(t, c.args, c.environ).ClusterAddressMap; !reflect.DeepEqual(got, want) {
+			t.Errorf("%v %v: got %q, want %q", c.args, c.environ, got, want)
 		}
 	}
 }

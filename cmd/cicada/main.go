@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotcache/keyspace"
@@ -145,6 +146,10 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 	if !cache.Enabled() {
 		log.Info("cache disabled (cache-enabled false or cache-max-value 0): every request is forwarded")
 	}
+	addrMap, err := cluster.ParseAddrMap(cfg.ClusterAddressMap) // checked by decode already
+	if err != nil {
+		return err
+	}
 	var srv *proxy.Server
 	sub := keyspace.New(keyspace.Config{
 		AuthChanged:      func() { srv.AuthRulesChanged() },
@@ -166,6 +171,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		MaxClientMemory:  cfg.MaxClientMemory,
 		Logger:           log.Named("proxy"),
 		ACLUser:          sub.ACLUser,
+		AddrMap:          addrMap,
 	}, cache, det, sub)
 	if err != nil {
 		return err
