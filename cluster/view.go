@@ -77,9 +77,10 @@ var ErrNoMyself = errors.New("cluster: CLUSTER NODES has no line flagged myself"
 // nodes, a CLUSTER NODES reply (one line per node: id, address, flags,
 // master id, ping sent, pong received, config epoch, link state, then
 // slots as "n" or "a-b", and on the "myself" line "[n->-id]"/"[n-<-id]"
-// for slots migrating or importing, which the node does not own through
-// them). A replica serves its master's slots; a replica whose master is
-// not listed serves none. ok is CLUSTER INFO's cluster_state:ok. Errors:
+// for slots migrating or importing). A slot migrating away is not served
+// (its keys that moved get -ASK); a replica serves its master's slots (the
+// markers are only on the master's own line; a replica answers nil for a
+// key that moved); a replica whose master is not listed serves none. ok is CLUSTER INFO's cluster_state:ok. Errors:
 // ErrNoMyself, or a line that is not in this format.
 func ParseNodes(nodes string, ok bool) (*View, error) {
 	type line struct {
@@ -122,9 +123,18 @@ func ParseNodes(nodes string, ok bool) (*View, error) {
 	default:
 		return nil, fmt.Errorf("cluster: CLUSTER NODES myself flags %q name no role", myself.flags)
 	}
+	var migrating []int
 	for _, s := range owner.slots {
-		if strings.HasPrefix(s, "[") {
-			continue // migrating or importing: the plain entry says who owns it
+		if m, ok := strings.CutPrefix(s, "["); ok {
+			// "[n->-id]": n is migrating away; the node answers -ASK for
+			// its keys that are gone, so no cached reply (a nil, say) may
+			// stand in for it. "[n-<-id]": importing, not owned.
+			if n, _, ok := strings.Cut(m, "->-"); ok {
+				if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < Slots {
+					migrating = append(migrating, i)
+				}
+			}
+			continue
 		}
 		lo, hi, isRange := strings.Cut(s, "-")
 		a, err := strconv.Atoi(lo)
@@ -137,6 +147,11 @@ func ParseNodes(nodes string, ok bool) (*View, error) {
 		}
 		for i := a; i <= b; i++ {
 			v.served[i>>6] |= 1 << (i & 63)
+		}
+	}
+	for _, i := range migrating {
+		if v.Role == RoleMaster {
+			v.served[i>>6] &^= 1 << (i & 63)
 		}
 	}
 	return v, nil
@@ -224,17 +239,19 @@ func (t *Topology) Answerable(slot int, readonly bool) bool {
 	return v.Role == RoleMaster || readonly
 }
 
-// Contradicted is called by an event loop that saw Redis answer -MOVED
-// for slot (or -CLUSTERDOWN, with slot -1) to a connection with the given
+// Contradicted is called by an event loop that saw Redis answer -MOVED or
+// -ASK for slot (or -CLUSTERDOWN, with slot -1) to a connection with the given
 // READONLY state, before the reply is passed on. If the view says the node
 // would have answered (Answerable), the view is stale: nothing is answered
 // from it until one read after this call is published, and the control
 // goroutine is woken to read one now.
 func (t *Topology) Contradicted(slot int, readonly bool) {
 	v := t.view.Load()
-	if v == nil || t.dirt.Load() != v.clean || (slot < 0 && !v.OK) {
-		return // no view, already distrusted, or known to be down
+	if v == nil || (slot < 0 && !v.OK) {
+		return // no view, or known to be down
 	}
+	// Counted even when the view is distrusted already: a re-read whose
+	// CLUSTER NODES went out before this redirect must not clear it.
 	if slot >= 0 && !(v.Serves(slot) && (v.Role == RoleMaster || readonly)) {
 		return // a client with an older map than ours
 	}

@@ -164,7 +164,9 @@ func (s *session) onCommand(n int) decision {
 			s.txState, pauseAfter = true, true
 		}
 	}
-	if srv := s.srv; srv.cfg.AddrMap.Len() > 0 && !s.sendMulti {
+	if s.srv.cfg.AddrMap.Len() > 0 {
+		// Inside MULTI the reply is +QUEUED, which Rewrite leaves alone;
+		// a MULTI Redis refused leaves the command run at once.
 		sl.rewrite = cluster.TopologyCommand(args)
 	}
 	s.effects(spec, args, argc, &sl)

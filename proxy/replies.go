@@ -59,7 +59,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 				continue
 			}
 			if s.swallowing && off > fwd {
-				l.downv = append(l.downv, buf[fwd:off])
+				s.down(buf[fwd:off])
 			}
 		}
 		hr := s.hkFrame // nil unless a HOTKEYS session counts this reply
@@ -98,12 +98,12 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		s.onFrame(fr)
 		switch m := s.srv.cfg.AddrMap; {
 		case s.rewriting != cluster.ReplyNone:
-			l.downv = append(l.downv, m.Rewrite(s.rewriting, s.rewriteBuf))
+			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))
 			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
 		case start >= 0 && !s.swallowing && fr.Value.Type == resp.TypeError && m.Len() > 0:
 			// -MOVED/-ASK: one line, always read whole in one call.
 			if b, ok := m.RewriteRedirect(buf[start:off]); ok {
-				l.downv = append(l.downv, buf[fwd:start], b)
+				s.down(buf[fwd:start], b)
 				fwd = off
 			}
 		}
@@ -113,13 +113,34 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		}
 	}
 	if off > fwd {
-		l.downv = append(l.downv, buf[fwd:off])
+		s.down(buf[fwd:off])
 	}
+	s.flushDown()
+	return off, true
+}
+
+// maxDownv bounds the slices gathered for one Writev: the kernel refuses
+// more than IOV_MAX (1024) and gnet closes the connection when it does.
+const maxDownv = 256
+
+// down queues bytes for the client, writing what is queued first when the
+// gather list is full (a read of thousands of rewritten redirects).
+func (s *session) down(bs ...[]byte) {
+	if len(s.loop.downv)+len(bs) > maxDownv {
+		s.flushDown()
+	}
+	s.loop.downv = append(s.loop.downv, bs...)
+}
+
+// flushDown writes the queued bytes to the client (gnet copies what the
+// socket does not take) and checks its output limits.
+func (s *session) flushDown() {
+	l := s.loop
 	if len(l.downv) > 0 && !s.closed {
 		_, _ = s.client.Writev(l.downv)
 		s.checkOutput()
 	}
-	return off, true
+	l.downv = l.downv[:0]
 }
 
 // salvageMax bounds what salvage reads: more than a socket's receive
@@ -583,29 +604,38 @@ func atoi(b []byte) (int64, bool) {
 	return v, true
 }
 
-// noteClusterError tells the cluster view about a -MOVED or -CLUSTERDOWN
-// reply (head: the error line's start) before the client sees it: if the
+// noteClusterError tells the cluster view about a -MOVED, -ASK or
+// -CLUSTERDOWN reply (head: the error line's start) before the client
+// sees it: if the
 // view said the node would have answered, it is stale, and no GET is
 // answered from it until a new one is read (cluster.Topology.Contradicted).
 func (s *session) noteClusterError(head []byte) {
+	var rest []byte
 	switch {
 	case bytes.HasPrefix(head, movedPrefix):
-		slot, n := 0, 0
-		for _, c := range head[len(movedPrefix):] {
-			if c < '0' || c > '9' || n == 5 {
-				break
-			}
-			slot, n = slot*10+int(c-'0'), n+1
-		}
-		if n > 0 && slot < cluster.Slots {
-			s.srv.topo.Contradicted(slot, s.readonly)
-		}
+		rest = head[len(movedPrefix):]
+	case bytes.HasPrefix(head, askPrefix):
+		rest = head[len(askPrefix):]
 	case bytes.HasPrefix(head, clusterDownPrefix):
 		s.srv.topo.Contradicted(-1, s.readonly)
+		return
+	default:
+		return
+	}
+	slot, n := 0, 0
+	for _, c := range rest {
+		if c < '0' || c > '9' || n == 5 {
+			break
+		}
+		slot, n = slot*10+int(c-'0'), n+1
+	}
+	if n > 0 && slot < cluster.Slots {
+		s.srv.topo.Contradicted(slot, s.readonly)
 	}
 }
 
 var (
 	movedPrefix       = []byte("MOVED ")
+	askPrefix         = []byte("ASK ")
 	clusterDownPrefix = []byte("CLUSTERDOWN ")
 )
