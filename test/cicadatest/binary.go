@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,9 +27,13 @@ type Binary struct {
 // counting Cicada's descriptors sees none of its own.
 var adminClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 
-// StartBinary builds cmd/cicada and runs it in front of upstream with
-// --hot-threshold 1, --log-level warn and args (later flags win), until the
-// test ends, once /readyz says it is ready.
+// StartBinary runs cmd/cicada (built once per test process, see
+// BuiltBinary) in front of upstream with --hot-threshold 1, --log-level warn
+// and args (later flags win), until the test ends, once /readyz says it is
+// ready. A --listen or --admin in args (as two strings, or one with "=")
+// is the address the Binary reports; otherwise each is a free loopback
+// port. The process gets SIGKILL if the test process dies without its
+// cleanup (a -timeout panic).
 func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 	t.Helper()
 	return StartBinaryUnder(t, nil, upstream, args...)
@@ -41,22 +44,23 @@ func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 // for none.
 func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...string) *Binary {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(t.TempDir(), "cicada")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/cicada")
-	build.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := BuiltBinary(t)
 	p := &Binary{
-		Addr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
-		Admin: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		Addr:  flagValue(args, "--listen"),
+		Admin: flagValue(args, "--admin"),
+	}
+	if p.Addr == "" {
+		p.Addr = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	}
+	if p.Admin == "" {
+		p.Admin = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
 	}
 	all := append([]string{"--listen", p.Addr, "--admin", p.Admin, "--upstream", upstream,
 		"--hot-threshold", "1", "--log-level", "warn"}, args...)
 	line := append(append(append([]string{}, prefix...), bin), all...)
 	cmd := exec.Command(line[0], line[1:]...)
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +80,20 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// flagValue returns the last value of flag name in args ("--name value"
+// or "--name=value"), or "".
+func flagValue(args []string, name string) string {
+	v := ""
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			v = args[i+1]
+		} else if s, ok := strings.CutPrefix(a, name+"="); ok {
+			v = s
+		}
+	}
+	return v
 }
 
 // Get returns the body of an admin page (path with its query, e.g.

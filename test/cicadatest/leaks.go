@@ -19,9 +19,11 @@ const leakGrace = 3 * time.Second
 // in-process Cicada (event loops, subscriber, janitor, upstream dials and
 // reconnects) must be gone once its test has cleaned up. gnet's
 // process-wide goroutine pool (ants) is not Cicada's: its idle workers and
-// janitors live as long as the process.
+// janitors live as long as the process. It also removes the binary
+// StartBinary built (RemoveBuilt).
 func VerifyNoLeaks(m *testing.M) {
 	code := m.Run()
+	RemoveBuilt()
 	if code == 0 {
 		deadline := time.Now().Add(leakGrace)
 		for {
