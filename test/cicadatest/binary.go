@@ -65,7 +65,9 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 		t.Fatal(err)
 	}
 	p.Pid = cmd.Process.Pid
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := adminClient.Get("http://" + p.Admin + "/readyz")
@@ -74,6 +76,12 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 			if resp.StatusCode == http.StatusOK {
 				return p
 			}
+		}
+		select {
+		case werr := <-exited:
+			exited <- werr
+			t.Fatalf("cicada %v exited before it was ready: %v", all, werr)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cicada not ready after 10 s: %v", err)

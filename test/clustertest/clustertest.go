@@ -1,0 +1,359 @@
+// Package clustertest runs a Redis Cluster of real redis-server processes
+// with one Cicada sidecar (the real binary, cicadatest.StartBinary) in
+// front of each node, for end-to-end tests.
+//
+// # Shape
+//
+// Start forms 3 masters and 3 replicas (Options.Masters sets the masters;
+// each has one replica) with `redis-cli --cluster create`, then waits
+// until every node reports cluster_state:ok and all agree on the slot map
+// and on every node's role (WaitStable):
+//
+//	client ──► sidecar 0 ──► redis-server 0 ─┐
+//	client ──► sidecar 1 ──► redis-server 1 ─┼─ cluster bus (direct)
+//	   ...                                   │
+//	client ──► sidecar 5 ──► redis-server 5 ─┘
+//
+// Clients are given the sidecars' addresses only. What the cluster tells
+// them about other nodes (CLUSTER SLOTS, SHARDS, NODES, -MOVED, -ASK)
+// must name sidecars too, in one of two ways (Mode):
+//
+//   - Announce: each redis-server runs with --cluster-announce-port set to
+//     its sidecar's port (chosen before either starts), so Redis itself
+//     names the sidecars. Replication and MIGRATE then go through the
+//     sidecars as well.
+//   - Map: Redis announces its own ports and every sidecar gets
+//     --cluster-address-map with the six redisHost:port=sidecarHost:port
+//     pairs, and rewrites the addresses in the replies.
+//
+// # Operations
+//
+// Reshard, ManualFailover, KillMaster, RestartNode and Restart change the
+// cluster and return once it is stable again; each is bounded
+// (Options.Timeout) and fails the test, naming what was still missing,
+// when the bound passes. Sidecars stay up through all of them.
+//
+// # Ports, processes and ownership
+//
+// Every port comes from redistest.FreePort (loopback only). Servers and
+// sidecars die with the test process (Pdeathsig) and are stopped by
+// t.Cleanup. A Cluster and its Nodes are used by the test goroutine only
+// (their methods call t.Fatal); the addresses in a Node never change and
+// may be read from any goroutine.
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// Mode is how the addresses clients see come to name sidecars.
+type Mode int
+
+const (
+	// Announce makes each redis-server announce its sidecar's port
+	// (--cluster-announce-port).
+	Announce Mode = iota + 1
+	// Map keeps Redis's own ports in the cluster and gives every sidecar
+	// --cluster-address-map from Redis addresses to sidecar addresses.
+	Map
+)
+
+// String returns "announce" or "map".
+func (m Mode) String() string {
+	switch m {
+	case Announce:
+		return "announce"
+	case Map:
+		return "map"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Options configure Start. Zero values take the defaults noted.
+type Options struct {
+	// Mode is the addressing mode; default Announce.
+	Mode Mode
+	// Masters is the number of masters, each with one replica; default 3,
+	// at least 3 (redis-cli --cluster create needs 3 masters).
+	Masters int
+	// NodeTimeout is the cluster-node-timeout: how long a node may be
+	// unreachable before it is failed over. Default 1500 ms.
+	NodeTimeout time.Duration
+	// HotThreshold is each sidecar's --hot-threshold in ops/s; default 1
+	// (a key is cached from its first read).
+	HotThreshold int
+	// SidecarArgs are appended to every sidecar's flags (later flags win).
+	// The harness sets --listen, --hot-threshold, --commandstats-interval
+	// 100ms, --log-level error (six sidecars warn of every upstream loss)
+	// and, in Map mode, --cluster-address-map.
+	SidecarArgs []string
+	// Timeout bounds each wait (formation, stability after an operation, a
+	// redis-cli run); default 30 s.
+	Timeout time.Duration
+}
+
+// Node is one redis-server and its sidecar.
+type Node struct {
+	// Index is the node's position in Cluster.Nodes (0-based).
+	Index int
+	// ID is the node's cluster ID (CLUSTER MYID); it survives restarts
+	// (nodes.conf is kept in Dir).
+	ID string
+	// RedisAddr is redis-server's client address, "127.0.0.1:<port>".
+	RedisAddr string
+	// BusPort is redis-server's cluster bus port (--cluster-port).
+	BusPort int
+	// SidecarAddr is the sidecar's client address, "127.0.0.1:<port>".
+	SidecarAddr string
+	// Sidecar is the sidecar process; it runs until the test ends.
+	Sidecar *cicadatest.Binary
+	// Dir holds nodes.conf and redis.log, across restarts.
+	Dir string
+
+	// Owned by the test goroutine.
+	srv  *redistest.Server // the running process; nil while down
+	args []string          // redis-server arguments, the same at every start
+	rc   *redis.Client     // direct client, closed at cleanup
+}
+
+// Up reports whether the node's redis-server is running (not killed or
+// stopped by the harness).
+func (n *Node) Up() bool { return n.srv != nil }
+
+// String names the node for logs: "node2(:41234 via :41240)".
+func (n *Node) String() string {
+	_, rp, _ := net.SplitHostPort(n.RedisAddr)
+	_, sp, _ := net.SplitHostPort(n.SidecarAddr)
+	return fmt.Sprintf("node%d(:%s via :%s)", n.Index, rp, sp)
+}
+
+// Cluster is a running Redis Cluster with its sidecars.
+type Cluster struct {
+	// Opts are the options with defaults filled in.
+	Opts Options
+	// Nodes are all nodes, masters and replicas, in start order; the
+	// roles are in Topology.
+	Nodes []*Node
+
+	t testing.TB
+	// topo is the topology seen by the last successful WaitStable.
+	topo *Topology
+}
+
+// Start runs the redis-servers and sidecars, forms the cluster and waits
+// until it is stable. It skips t when redis-server is not installed outside
+// CI (redistest.Require), and fails it when redis-cli is missing or the
+// cluster does not form within Options.Timeout.
+func Start(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	redistest.Require(t)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found in PATH (apt-get install -y redis-tools): %v", err)
+	}
+	if o.Mode == 0 {
+		o.Mode = Announce
+	}
+	if o.Masters == 0 {
+		o.Masters = 3
+	}
+	if o.Masters < 3 {
+		t.Fatalf("Options.Masters = %d, want at least 3", o.Masters)
+	}
+	if o.NodeTimeout == 0 {
+		o.NodeTimeout = 1500 * time.Millisecond
+	}
+	if o.HotThreshold == 0 {
+		o.HotThreshold = 1
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	c := &Cluster{Opts: o, t: t}
+	ports := distinctPorts(t, 3*2*o.Masters)
+	for i := range 2 * o.Masters {
+		c.Nodes = append(c.Nodes, &Node{
+			Index:       i,
+			RedisAddr:   "127.0.0.1:" + strconv.Itoa(ports[3*i]),
+			BusPort:     ports[3*i+1],
+			SidecarAddr: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
+			Dir:         t.TempDir(),
+		})
+	}
+	var pairs []string
+	for _, n := range c.Nodes {
+		pairs = append(pairs, n.RedisAddr+"="+n.SidecarAddr)
+	}
+	for _, n := range c.Nodes {
+		n.args = c.redisArgs(n)
+		n.srv = redistest.StartPort(t, port(n.RedisAddr), n.args...)
+		n.rc = redis.NewClient(&redis.Options{Addr: n.RedisAddr, Protocol: 2, DisableIdentity: true,
+			DialTimeout: time.Second, ReadTimeout: 5 * time.Second, MaxRetries: 1})
+		rc := n.rc
+		t.Cleanup(func() { _ = rc.Close() })
+	}
+	// The sidecars start before the cluster is formed: a Redis with no
+	// slots is a Redis they must tolerate.
+	for _, n := range c.Nodes {
+		args := []string{"--listen", n.SidecarAddr, "--hot-threshold", strconv.Itoa(o.HotThreshold),
+			"--commandstats-interval", "100ms", "--log-level", "error"}
+		if o.Mode == Map {
+			args = append(args, "--cluster-address-map", strings.Join(pairs, ","))
+		}
+		n.Sidecar = cicadatest.StartBinary(t, n.RedisAddr, append(args, o.SidecarArgs...)...)
+	}
+	for _, n := range c.Nodes {
+		id, err := n.rc.Do(context.Background(), "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatalf("%v: CLUSTER MYID: %v", n, err)
+		}
+		n.ID = id
+	}
+	create := []string{"--cluster", "create"}
+	for _, n := range c.Nodes {
+		create = append(create, n.RedisAddr)
+	}
+	create = append(create, "--cluster-replicas", "1", "--cluster-yes")
+	c.redisCLI(cli, create...)
+	c.WaitStable(nil)
+	return c
+}
+
+// redisArgs are the redis-server arguments of n, the same at every start
+// (appended to redistest's, so --dir and --logfile here win).
+func (c *Cluster) redisArgs(n *Node) []string {
+	args := []string{
+		"--dir", n.Dir,
+		"--logfile", filepath.Join(n.Dir, "redis.log"),
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(n.Dir, "nodes.conf"),
+		"--cluster-node-timeout", strconv.FormatInt(c.Opts.NodeTimeout.Milliseconds(), 10),
+		"--cluster-port", strconv.Itoa(n.BusPort),
+		"--cluster-announce-ip", "127.0.0.1",
+		// The other masters keep serving while one is being failed over.
+		"--cluster-require-full-coverage", "no",
+		// A replica fails over however long it was cut off from its master.
+		"--cluster-replica-validity-factor", "0",
+		// Roles change only when a test says so.
+		"--cluster-allow-replica-migration", "no",
+		// A restarted replica's full sync starts at once (the default waits 5 s
+		// for more replicas).
+		"--repl-diskless-sync-delay", "0",
+	}
+	if c.Opts.Mode == Announce {
+		args = append(args, "--cluster-announce-port", strconv.Itoa(port(n.SidecarAddr)))
+	}
+	return args
+}
+
+// redisCLI runs redis-cli with args, bounded by Options.Timeout, and fails
+// the test with its output when it fails.
+func (c *Cluster) redisCLI(cli string, args ...string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), c.Opts.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("redis-cli %s: %v (timeout %v)\n%s", strings.Join(args, " "), err, c.Opts.Timeout, out)
+	}
+	return string(out)
+}
+
+// Direct returns a client connected to n's redis-server itself, not
+// through its sidecar (RESP2, no retries beyond one). It lives as long as
+// the test; after a restart its next command may fail once while it
+// reconnects.
+func (c *Cluster) Direct(n *Node) *redis.Client { return n.rc }
+
+// SidecarAddrs returns every sidecar's client address, in node order.
+func (c *Cluster) SidecarAddrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.SidecarAddr)
+	}
+	return a
+}
+
+// NodeByAddr returns the node whose sidecar or redis-server listens on
+// addr, or nil.
+func (c *Cluster) NodeByAddr(addr string) *Node {
+	for _, n := range c.Nodes {
+		if n.SidecarAddr == addr || n.RedisAddr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// NodeByID returns the node with cluster ID id, or nil.
+func (c *Cluster) NodeByID(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Announced returns the address the cluster gives clients for n: its
+// sidecar's in Announce mode, its redis-server's in Map mode (which the
+// sidecars rewrite).
+func (c *Cluster) Announced(n *Node) string {
+	if c.Opts.Mode == Announce {
+		return n.SidecarAddr
+	}
+	return n.RedisAddr
+}
+
+// distinctPorts returns n distinct free loopback ports.
+func distinctPorts(t testing.TB, n int) []int {
+	t.Helper()
+	seen := map[int]bool{}
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 10*n {
+			t.Fatalf("redistest.FreePort gave %d distinct ports in %d tries, want %d", len(ports), tries, n)
+		}
+		p := redistest.FreePort(t)
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
+// port returns the port of "host:port"; 0 when there is none.
+func port(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// logTail returns the last lines of n's redis.log, for failure messages.
+func (n *Node) logTail(lines int) string {
+	b, err := os.ReadFile(filepath.Join(n.Dir, "redis.log"))
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
