@@ -127,15 +127,20 @@ func (c *Cluster) WaitReplicated(m *Node) {
 
 // KillMaster sends SIGKILL to master m's redis-server (its sidecar stays
 // up) and waits until its replica has been promoted and every running
-// node agrees (m flagged fail, serving nothing). It returns the promoted
-// replica. With cluster-node-timeout T this takes about 2T.
-func (c *Cluster) KillMaster(m *Node) *Node {
+// node agrees (m flagged fail, serving nothing). killed, when not nil,
+// runs once m's port refuses connections, before that wait (a test
+// resumes its writes there). It returns the promoted replica. With
+// cluster-node-timeout T this takes about 2T.
+func (c *Cluster) KillMaster(m *Node, killed func()) *Node {
 	c.t.Helper()
 	r := c.ReplicaOf(m)
 	if !c.topo.IsMaster(m.ID) || r == nil {
 		c.t.Fatalf("KillMaster(%v): it must be a master with a running replica", m)
 	}
 	c.stop(m, false)
+	if killed != nil {
+		killed()
+	}
 	c.WaitStable(swapped(r, m))
 	return r
 }
