@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/test/clustertest"
+)
+
+// rawConn is a RESP2 connection that sends one command at a time and
+// reads its whole reply as bytes. Used by its test's goroutine only.
+type rawConn struct {
+	t    *testing.T
+	name string
+	c    net.Conn
+	br   *bufio.Reader
+}
+
+// dialRaw connects to addr (name is for messages); the test's cleanup
+// closes the connection.
+func dialRaw(t *testing.T, name, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s (%s): %v", name, addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &rawConn{t: t, name: name, c: c, br: bufio.NewReader(c)}
+}
+
+// do sends args as one command and returns its reply's bytes, within 5 s.
+func (r *rawConn) do(args ...string) string {
+	r.t.Helper()
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
+	}
+	_ = r.c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.c.Write(resp.AppendCommand(nil, bs...)); err != nil {
+		r.t.Fatalf("%s: %q: %v", r.name, args, err)
+	}
+	b, err := readReply(r.br)
+	if err != nil {
+		r.t.Fatalf("%s: %q: %v", r.name, args, err)
+	}
+	return string(b)
+}
+
+// readReply reads one RESP2 or RESP3 reply and returns its bytes.
+func readReply(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("bad reply line %q", line)
+	}
+	out := line
+	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
+	switch line[0] {
+	case '$', '!', '=':
+		if n >= 0 {
+			b := make([]byte, n+2)
+			if _, err := io.ReadFull(br, b); err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+	case '*', '%', '~', '>', '|':
+		if line[0] == '%' || line[0] == '|' {
+			n *= 2
+		}
+		for range n {
+			b, err := readReply(br)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b...)
+		}
+	}
+	return out, nil
+}
+
+// pair is one sidecar connection and one connection to the same node's
+// redis-server, to send both the same commands.
+type pair struct {
+	t       *testing.T
+	c       *clustertest.Cluster
+	sidecar *rawConn
+	direct  *rawConn
+}
+
+// newPair connects to n's sidecar and to its redis-server.
+func newPair(t *testing.T, c *clustertest.Cluster, n *clustertest.Node) *pair {
+	t.Helper()
+	return &pair{t: t, c: c, sidecar: dialRaw(t, fmt.Sprintf("%v's sidecar", n), n.SidecarAddr),
+		direct: dialRaw(t, fmt.Sprintf("%v's redis-server", n), n.RedisAddr)}
+}
+
+// expect sends args to the redis-server and then to the sidecar. Redis
+// must reply want with each "{nodeN}" in it replaced by the address the
+// cluster has for node N (the sidecar's in Announce mode, the
+// redis-server's in Map mode); the sidecar must reply want with each
+// "{nodeN}" the sidecar's address: Redis's reply in Announce mode, Redis's
+// reply with the addresses mapped in Map mode. "{%}" in args is "d" for
+// Redis and "s" for the sidecar, to keep their keys apart ("{t}{%}a" is
+// "{t}da" and "{t}sa", in one slot).
+func (p *pair) expect(want string, args ...string) {
+	p.t.Helper()
+	for _, side := range []struct {
+		conn *rawConn
+		mark string
+		addr func(*clustertest.Node) string
+	}{{p.direct, "d", p.c.Announced}, {p.sidecar, "s", func(n *clustertest.Node) string { return n.SidecarAddr }}} {
+		a := make([]string, len(args))
+		for i, s := range args {
+			a[i] = strings.ReplaceAll(s, "{%}", side.mark)
+		}
+		w := want
+		for _, n := range p.c.Nodes {
+			w = strings.ReplaceAll(w, fmt.Sprintf("{node%d}", n.Index), side.addr(n))
+		}
+		if got := side.conn.do(a...); got != w {
+			p.t.Errorf("%s: %q = %q, want %q", side.conn.name, a, got, w)
+		}
+	}
+}
+
+// bulk renders s as a RESP bulk string.
+func bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
