@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: help build image run test conformance deps fmt clean
+.PHONY: help build image run test conformance test-cluster deps fmt clean
 .DEFAULT_GOAL := build
 
 help:
@@ -14,6 +14,7 @@ help:
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
+	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
@@ -56,6 +57,12 @@ conformance: deps
 		-conformance.n=10000 -conformance.workers=2
 	go test -count=1 -timeout 60m -v -run 'TestLinearizable|TestFaults|TestBypassStaleness' ./test/linearizability \
 		-lin.runs=20 -lin.duration=10s
+
+# The Redis Cluster tests with the load test's long version (both
+# addressing modes, longer phases); `make test` runs the announce mode
+# with short phases. -v prints the load test's table of phases.
+test-cluster: deps
+	go test -race -count=1 -timeout 30m -v ./test/cluster -cluster.long
 
 fmt:
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi

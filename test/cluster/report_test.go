@@ -14,7 +14,8 @@ import (
 // stale reads, the hit ratio of all sidecars over the phase and in the
 // windows right before and after its move, the moved keys' owner after
 // the move (reads of those keys in the window, its sidecar's hits/GETs),
-// and the sidecar with the most hits (over the after window, or the
+// the former owner's sidecar's hits/GETs in that window, and the sidecar
+// with the most hits (over the after window, or the
 // steady phase).
 func report(c *clustertest.Cluster, results []phaseResult, history []op, moving []string, failedWrites, failedReads int) string {
 	type tally struct{ reads, writes, unknown, stale, movedAfter int }
@@ -37,10 +38,10 @@ func report(c *clustertest.Cluster, results []phaseResult, history []op, moving 
 		per[s.Read.Phase].stale++
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-15s %6s %6s %7s %5s %6s %7s %6s  %-28s %-12s %s\n", "phase", "reads", "writes", "unknown", "stale",
-		"hit%", "before%", "after%", "owner after: reads hits/GETs", "most hits", "move (took)")
+	fmt.Fprintf(&b, "%-15s %6s %6s %7s %5s %6s %7s %6s  %-28s %-16s %-12s %s\n", "phase", "reads", "writes", "unknown", "stale",
+		"hit%", "before%", "after%", "owner after: reads hits/GETs", "former: hits/GETs", "most hits", "move (took)")
 	for i, p := range results {
-		before, after, owner, move := "-", "-", "-", "-"
+		before, after, owner, former, move := "-", "-", "-", "-", "-"
 		most := mostHits(p.start, p.end)
 		if p.move != "" {
 			before = pct(total(p.beforeA, p.beforeB).Ratio())
@@ -48,10 +49,14 @@ func report(c *clustertest.Cluster, results []phaseResult, history []op, moving 
 			most = mostHits(p.afterA, p.afterB)
 			d := p.afterB[p.owner.Index].Sub(p.afterA[p.owner.Index])
 			owner = fmt.Sprintf("node%d: %d %.0f/%.0f", p.owner.Index, per[i].movedAfter, d.Hits, d.Gets)
+			if f := p.formerOwner; f != nil {
+				d := p.afterB[f.Index].Sub(p.afterA[f.Index])
+				former = fmt.Sprintf("node%d: %.0f/%.0f", f.Index, d.Hits, d.Gets)
+			}
 			move = fmt.Sprintf("%s (%v)", p.move, p.moveTook.Round(time.Millisecond))
 		}
-		fmt.Fprintf(&b, "%-15s %6d %6d %7d %5d %6s %7s %6s  %-28s %-12s %s\n", p.name, per[i].reads, per[i].writes, per[i].unknown,
-			per[i].stale, pct(total(p.start, p.end).Ratio()), before, after, owner, most, move)
+		fmt.Fprintf(&b, "%-15s %6d %6d %7d %5d %6s %7s %6s  %-28s %-16s %-12s %s\n", p.name, per[i].reads, per[i].writes, per[i].unknown,
+			per[i].stale, pct(total(p.start, p.end).Ratio()), before, after, owner, former, most, move)
 	}
 	fmt.Fprintf(&b, "failed writes %d (unknown outcome), failed reads %d (not in the history); nodes:", failedWrites, failedReads)
 	for _, n := range c.Nodes {

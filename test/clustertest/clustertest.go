@@ -253,6 +253,12 @@ func (c *Cluster) redisArgs(n *Node) []string {
 		// A restarted replica's full sync starts at once (the default waits 5 s
 		// for more replicas).
 		"--repl-diskless-sync-delay", "0",
+		// Redis 7.0 refuses clients from any address but 127.0.0.1 and ::1
+		// without a password; a test client that reaches a Redis directly
+		// from another loopback address (127.0.0.2) must be served and seen
+		// in CLIENT LIST, not turned away. The server still listens on
+		// 127.0.0.1 only.
+		"--protected-mode", "no",
 	}
 	if c.Opts.Mode == Announce {
 		args = append(args, "--cluster-announce-port", strconv.Itoa(port(n.SidecarAddr)))
