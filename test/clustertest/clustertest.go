@@ -37,9 +37,11 @@
 //
 // Every port comes from redistest.FreePort (loopback only). Servers and
 // sidecars die with the test process (Pdeathsig) and are stopped by
-// t.Cleanup. A Cluster and its Nodes are used by the test goroutine only
-// (their methods call t.Fatal); the addresses in a Node never change and
-// may be read from any goroutine.
+// t.Cleanup. A Cluster and its Nodes are used only by the goroutine of
+// the test that started the cluster, not by its subtests' (their methods
+// call that test's t.Fatal, and a restarted server lives as long as that
+// test); the addresses in a Node never change and may be read from any
+// goroutine.
 package clustertest
 
 import (
@@ -51,6 +53,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,7 +144,8 @@ func (n *Node) String() string {
 	return fmt.Sprintf("node%d(:%s via :%s)", n.Index, rp, sp)
 }
 
-// Cluster is a running Redis Cluster with its sidecars.
+// Cluster is a running Redis Cluster with its sidecars. Its methods run
+// on the goroutine of the test given to Start.
 type Cluster struct {
 	// Opts are the options with defaults filled in.
 	Opts Options
@@ -273,6 +277,7 @@ func (c *Cluster) redisCLI(cli string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Opts.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cli, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		c.t.Fatalf("redis-cli %s: %v (timeout %v)\n%s", strings.Join(args, " "), err, c.Opts.Timeout, out)

@@ -14,6 +14,7 @@ import (
 // NodeInfo is one line of CLUSTER NODES: what one node believes of one
 // node of the cluster.
 type NodeInfo struct {
+	// ID is the node's 40-character cluster ID.
 	ID string
 	// Addr is the announced client address "ip:port" (without the
 	// @busport and hostname parts).
