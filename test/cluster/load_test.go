@@ -128,6 +128,9 @@ func runLoad(t *testing.T, mode clustertest.Mode, tm timing) {
 		return fmt.Sprintf("%d slots node%d -> node%d", reshardSlots, a.Index, b.Index), b
 	})
 	bReplica := c.ReplicaOf(b)
+	if bReplica == nil {
+		t.Fatalf("%v has no running replica", b)
+	}
 	phase("manual failover", b, func() (string, *clustertest.Node) {
 		c.ManualFailover(bReplica)
 		return fmt.Sprintf("node%d replaces node%d", bReplica.Index, b.Index), bReplica
@@ -144,6 +147,9 @@ func runLoad(t *testing.T, mode clustertest.Mode, tm timing) {
 		return fmt.Sprintf("node%d killed, node%d promoted", bReplica.Index, promoted.Index), promoted
 	})
 	otherReplica := c.ReplicaOf(other)
+	if otherReplica == nil {
+		t.Fatalf("%v has no running replica", other)
+	}
 	phase("restarts", nil, func() (string, *clustertest.Node) {
 		c.RestartNode(bReplica)
 		c.Restart(otherReplica)
