@@ -38,19 +38,26 @@ func dialRaw(t *testing.T, name, addr string) *rawConn {
 // do sends args as one command and returns its reply's bytes, within 5 s.
 func (r *rawConn) do(args ...string) string {
 	r.t.Helper()
+	b, err := r.try(args...)
+	if err != nil {
+		r.t.Fatalf("%s: %q: %v", r.name, args, err)
+	}
+	return b
+}
+
+// try is do returning the error instead of failing the test (for another
+// goroutine than the test's).
+func (r *rawConn) try(args ...string) (string, error) {
 	bs := make([][]byte, len(args))
 	for i, a := range args {
 		bs[i] = []byte(a)
 	}
 	_ = r.c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := r.c.Write(resp.AppendCommand(nil, bs...)); err != nil {
-		r.t.Fatalf("%s: %q: %v", r.name, args, err)
+		return "", err
 	}
 	b, err := readReply(r.br)
-	if err != nil {
-		r.t.Fatalf("%s: %q: %v", r.name, args, err)
-	}
-	return string(b)
+	return string(b), err
 }
 
 // readReply reads one RESP2 or RESP3 reply and returns its bytes.
