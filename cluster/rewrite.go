@@ -172,6 +172,59 @@ func (m *AddrMap) Rewrite(kind Reply, reply []byte) []byte {
 }
 
 // edit replaces reply[start:end] (one whole scalar value) with repl.
+// ExecElem names an element of EXEC's reply that answers a topology
+// command queued in the transaction: its index in the array, and which.
+type ExecElem struct {
+	Index int
+	Kind  Reply
+}
+
+// RewriteExec returns reply, one complete reply to EXEC, with the node
+// addresses rewritten as Rewrite does in the elements elems names (sorted
+// by Index). A reply that is not an array (the transaction did not run),
+// and an element that is an error or not of its command's shape, are left
+// as they are; like Rewrite it never fails.
+func (m *AddrMap) RewriteExec(reply []byte, elems []ExecElem) []byte {
+	if m.Len() == 0 || len(elems) == 0 {
+		return reply
+	}
+	w := rewriter{reader: reader{b: reply}, m: m}
+	top, ok := w.next()
+	if !ok || top.typ != '*' || top.null {
+		return reply
+	}
+	j := 0
+	for i := range top.n {
+		kind := ReplyNone
+		for j < len(elems) && elems[j].Index < i {
+			j++
+		}
+		if j < len(elems) && elems[j].Index == i {
+			kind = elems[j].Kind
+		}
+		start, edits := w.i, len(w.edits)
+		done := false
+		switch kind {
+		case ReplySlots:
+			done = w.slots()
+		case ReplyShards:
+			done = w.shards()
+		case ReplyNodes:
+			done = w.nodes()
+		}
+		if !done { // not one to rewrite, or not of its shape: skip it whole
+			w.i, w.edits = start, w.edits[:edits]
+			if !w.skip(1) {
+				return reply
+			}
+		}
+	}
+	if w.i != len(reply) || len(w.edits) == 0 {
+		return reply
+	}
+	return w.apply()
+}
+
 type edit struct {
 	start, end int
 	repl       []byte

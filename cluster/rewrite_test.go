@@ -346,3 +346,38 @@ func TestRewriteLiteral(t *testing.T) {
 		}
 	}
 }
+
+// TestRewriteExec: topology replies inside EXEC's array are rewritten as
+// they are alone (byte for byte), the other elements and an element that
+// is an error are left alone, and a reply that is not an array is too.
+func TestRewriteExec(t *testing.T) {
+	fx := fixtures(t)
+	m := mustMap(t, fixtureOracles["port-only"].entries()...)
+	slots, nodes, shards := fx["slots-ip.resp3"], fx["nodes-ip.resp3"], fx["shards-ip.resp2"]
+	errReply := []byte("-ERR unknown subcommand\r\n")
+	join := func(parts ...[]byte) []byte {
+		out := []byte("*" + strconv.Itoa(len(parts)) + "\r\n")
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	ok := []byte("+OK\r\n")
+	elems := []ExecElem{{1, ReplySlots}, {2, ReplyNodes}, {3, ReplyShards}, {4, ReplySlots}}
+	reply := join(ok, slots, nodes, shards, errReply, ok)
+	want := join(ok, m.Rewrite(ReplySlots, slots), m.Rewrite(ReplyNodes, nodes), m.Rewrite(ReplyShards, shards), errReply, ok)
+	if got := m.RewriteExec(reply, elems); !bytes.Equal(got, want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	if bytes.Equal(want, reply) {
+		t.Fatal("the map changed nothing: the test proves nothing")
+	}
+	for _, same := range [][]byte{[]byte("*-1\r\n"), []byte("-EXECABORT Transaction discarded because of previous errors.\r\n"), join(ok, ok)} {
+		if got := m.RewriteExec(same, elems); !bytes.Equal(got, same) {
+			t.Errorf("%q: got %q", same, got)
+		}
+	}
+	if got := m.RewriteExec(reply[:len(reply)-1], elems); !bytes.Equal(got, reply[:len(reply)-1]) {
+		t.Error("a truncated reply was changed")
+	}
+}

@@ -51,9 +51,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			off = len(buf)
 			break
 		}
-		start := -1 // where the reply began, if in this call
 		if !s.framer.InProgress() {
-			start = off
 			s.startFrame(buf[off])
 			if s.opaqueRecv {
 				continue
@@ -78,7 +76,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		if s.capturing {
 			s.captureBytes(buf[off : off+n])
 		}
-		if s.rewriting != cluster.ReplyNone {
+		if s.rewriting != cluster.ReplyNone || s.rewritingExec || s.rewritingError {
 			s.rewriteBuf = append(s.rewriteBuf, buf[off:off+n]...)
 		}
 		off += n
@@ -94,18 +92,21 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			}
 			break
 		}
-		fr := s.framer.Frame()
-		s.onFrame(fr)
+		s.onFrame(s.framer.Frame())
 		switch m := s.srv.cfg.AddrMap; {
 		case s.rewriting != cluster.ReplyNone:
 			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))
 			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
-		case start >= 0 && !s.swallowing && fr.Value.Type == resp.TypeError && m.Len() > 0:
-			// -MOVED/-ASK: one line, always read whole in one call.
-			if b, ok := m.RewriteRedirect(buf[start:off]); ok {
-				s.down(buf[fwd:start], b)
-				fwd = off
+		case s.rewritingExec:
+			s.down(m.RewriteExec(s.rewriteBuf, s.rewriteExec))
+			s.rewritingExec, s.rewriteBuf = false, nil
+		case s.rewritingError:
+			b, ok := m.RewriteRedirect(s.rewriteBuf)
+			if !ok {
+				b = s.rewriteBuf
 			}
+			s.down(b)
+			s.rewritingError, s.rewriteBuf = false, nil
 		}
 		s.swallowing, s.capturing = false, false
 		if hr != nil {
@@ -189,8 +190,14 @@ func (s *session) startFrame(first byte) {
 	switch {
 	case head.kind == slotSwallow:
 		s.swallowing = true
+	case first == resp.TypeError && s.srv.cfg.AddrMap.Len() > 0:
+		// Read whole even when it arrives in pieces: it may be a redirect.
+		s.swallowing, s.rewritingError, s.rewriteBuf = true, true, nil
 	case head.rewrite != cluster.ReplyNone:
 		s.swallowing, s.rewriting, s.rewriteBuf = true, head.rewrite, nil
+	case head.act == actExec && len(s.multiRewrites) > 0:
+		s.swallowing, s.rewritingExec, s.rewriteBuf = true, true, nil
+		s.rewriteExec = append(s.rewriteExec[:0], s.multiRewrites...)
 	case head.read != nil && head.read.fill:
 		s.capturing = true
 		s.overflow = false
@@ -358,6 +365,9 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 // EXEC: its writes, suspensions and state change.
 func (s *session) deferQueued(sl *slot) {
 	s.multiRules = s.multiRules || sl.act == actAuthRules
+	if sl.rewrite != cluster.ReplyNone {
+		s.multiRewrites = append(s.multiRewrites, cluster.ExecElem{Index: s.txQueued, Kind: sl.rewrite})
+	}
 	switch sl.act {
 	case actSelect, actAuth, actHello, actTracking, actReadonly:
 		s.multiActs = append(s.multiActs, queuedAct{idx: s.txQueued, sl: *sl})
@@ -472,6 +482,7 @@ func (s *session) endMulti() {
 	}
 	s.multiStripes, s.multiHolds = s.multiStripes[:0], s.multiHolds[:0]
 	s.multiActs = s.multiActs[:0]
+	s.multiRewrites = s.multiRewrites[:0]
 	s.txQueued, s.txDBSet = 0, false
 }
 

@@ -189,8 +189,17 @@ type session struct {
 	// Reply side, per frame.
 	swallowing bool
 	capturing  bool
-	rewriting  cluster.Reply // the reply being read is rewritten whole (rewriteBuf) once complete
-	rewriteBuf []byte
+	// The reply being read is rewritten whole (rewriteBuf) once complete:
+	// a topology reply of kind rewriting, or EXEC's with rewriteExec's
+	// elements (rewritingExec).
+	rewriting      cluster.Reply
+	rewritingExec  bool
+	rewritingError bool // an error reply: -MOVED/-ASK are rewritten
+	rewriteExec   []cluster.ExecElem
+	rewriteBuf    []byte
+	// multiRewrites are the topology commands queued in the confirmed
+	// transaction, by their index in EXEC's reply.
+	multiRewrites []cluster.ExecElem
 	capture    []byte
 	overflow   bool
 	keysBuf    []commandKey
@@ -605,6 +614,7 @@ func (s *session) abandonTx() {
 		cache.Resume()
 	}
 	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
+	s.multiRewrites = s.multiRewrites[:0]
 	s.clearTxEffects()
 	s.multiRules = false
 }

@@ -66,6 +66,31 @@ func TestClusterCacheEdges(t *testing.T) {
 		}
 	})
 
+	t.Run("topology replies inside a transaction", func(t *testing.T) {
+		// CLUSTER SLOTS/NODES/SHARDS/REPLICAS queued in MULTI come back in
+		// EXEC's array: rewritten there too, in both protocols.
+		n := c.Masters()[0]
+		for _, hello := range []string{"2", "3"} {
+			req := resp.AppendCommand(nil, []byte("HELLO"), []byte(hello))
+			req = resp.AppendCommand(req, []byte("MULTI"))
+			for _, sub := range []string{"SLOTS", "NODES", "SHARDS"} {
+				req = resp.AppendCommand(req, []byte("CLUSTER"), []byte(sub))
+			}
+			req = resp.AppendCommand(req, []byte("CLUSTER"), []byte("REPLICAS"), []byte(n.ID))
+			req = resp.AppendCommand(req, []byte("PING"))
+			req = resp.AppendCommand(req, []byte("EXEC"))
+			got := sendAll(t, n.SidecarAddr, req, -1)
+			if !strings.Contains(got, "QUEUED") || !strings.Contains(got, n.SidecarAddr[strings.LastIndexByte(n.SidecarAddr, ':'):]) {
+				t.Fatalf("HELLO %s: %.300q", hello, got)
+			}
+			for _, m := range c.Nodes {
+				if _, p, _ := net.SplitHostPort(m.RedisAddr); strings.Contains(got, ":"+p+"\r\n") || strings.Contains(got, ":"+p+"@") {
+					t.Errorf("HELLO %s: Redis port %s of %v in EXEC's reply", hello, p, m)
+				}
+			}
+		}
+	})
+
 	t.Run("cached nil of a slot starting to migrate", func(t *testing.T) {
 		// A key absent on its master is cached as nil; its slot starts
 		// migrating and the key is created on the target: the source
