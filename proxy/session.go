@@ -195,14 +195,14 @@ type session struct {
 	rewriting      cluster.Reply
 	rewritingExec  bool
 	rewritingError bool // an error reply: -MOVED/-ASK are rewritten
-	rewriteExec   []cluster.ExecElem
-	rewriteBuf    []byte
+	rewriteExec    []cluster.ExecElem
+	rewriteBuf     []byte
 	// multiRewrites are the topology commands queued in the confirmed
 	// transaction, by their index in EXEC's reply.
 	multiRewrites []cluster.ExecElem
-	capture    []byte
-	overflow   bool
-	keysBuf    []commandKey
+	capture       []byte
+	overflow      bool
+	keysBuf       []commandKey
 	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
 	pendingFill *readInfo
 
