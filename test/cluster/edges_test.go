@@ -91,6 +91,45 @@ func TestClusterCacheEdges(t *testing.T) {
 		}
 	})
 
+	t.Run("replica reads after READONLY", func(t *testing.T) {
+		// A replica's sidecar answers its master's keys from cache on a
+		// READONLY connection, and a write to the master reaches it
+		// through the replica's own keyspace notifications: once the new
+		// value was read there, the old one never comes back.
+		key := "replica{edge4}"
+		m := c.Owner(key)
+		r := c.ReplicaOf(m)
+		mustDo(t, c.Direct(m).Set(ctx, key, "one", 0).Err())
+		conn := dialRaw(t, "replica sidecar", r.SidecarAddr)
+		if got := conn.do("GET", key); !strings.HasPrefix(got, "-MOVED ") {
+			t.Fatalf("GET without READONLY: %q", got)
+		}
+		if got := conn.do("READONLY"); got != "+OK\r\n" {
+			t.Fatalf("READONLY: %q", got)
+		}
+		waitHits(t, r, func() {
+			if got := conn.do("GET", key); got != "$3\r\none\r\n" {
+				t.Fatalf("GET after READONLY: %q", got)
+			}
+		})
+		writer := dialRaw(t, "master sidecar", m.SidecarAddr)
+		if got := writer.do("SET", key, "two"); got != "+OK\r\n" {
+			t.Fatalf("SET: %q", got)
+		}
+		waitReply(t, conn, key, "$3\r\ntwo\r\n", 2*time.Second)
+		waitHits(t, r, func() {
+			if got := conn.do("GET", key); got != "$3\r\ntwo\r\n" {
+				t.Fatalf("GET after the new value: %q", got)
+			}
+		})
+		if got := conn.do("READWRITE"); got != "+OK\r\n" {
+			t.Fatalf("READWRITE: %q", got)
+		}
+		if got := conn.do("GET", key); !strings.HasPrefix(got, "-MOVED ") {
+			t.Fatalf("GET after READWRITE: %q", got)
+		}
+	})
+
 	t.Run("cached nil of a slot starting to migrate", func(t *testing.T) {
 		// A key absent on its master is cached as nil; its slot starts
 		// migrating and the key is created on the target: the source
