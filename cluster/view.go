@@ -255,6 +255,14 @@ func (t *Topology) Contradicted(slot int, readonly bool) {
 	if slot >= 0 && !(v.Serves(slot) && (v.Role == RoleMaster || readonly)) {
 		return // a client with an older map than ours
 	}
+	t.Distrust()
+}
+
+// Distrust stops answers from the view until one read after this call is
+// published, and wakes the control goroutine to read one: for a command
+// that changed the node's slots or role (CLUSTER SETSLOT, DELSLOTS, ...)
+// whose reply passed through Cicada.
+func (t *Topology) Distrust() {
 	t.dirt.Add(1)
 	select {
 	case t.kick <- struct{}{}:

@@ -343,3 +343,20 @@ func BenchmarkGetMiss(b *testing.B) {
 		c.Get(0, Hash(0, key), key, 1, 2)
 	}
 }
+
+// TestReasonsAll: every eviction reason is exported, each with its own
+// label (the cluster reason was once left out of the metrics).
+func TestReasonsAll(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range Reasons() {
+		seen[r.String()] = true
+	}
+	for _, want := range []string{"write", "notification", "expired", "cold", "capacity", "flush", "config", "cluster"} {
+		if !seen[want] {
+			t.Errorf("reason %q not in Reasons()", want)
+		}
+	}
+	if len(seen) != int(numReasons) {
+		t.Errorf("%d labels for %d reasons", len(seen), numReasons)
+	}
+}

@@ -217,7 +217,11 @@ func (c *Cache) Stats() Stats {
 
 // Reasons lists every Reason, for exporting Stats.Evicted.
 func Reasons() []Reason {
-	return []Reason{ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity, ReasonFlush, ReasonConfig}
+	rs := make([]Reason, numReasons)
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
 }
 
 // Item is one cached reply as an admin listing shows it: where it is and

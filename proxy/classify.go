@@ -109,6 +109,10 @@ func (s *session) onCommand(n int) decision {
 			sl.auth, sl.anon = true, true
 		}
 		pauseAfter = true
+	case "cluster|setslot", "cluster|addslots", "cluster|addslotsrange", "cluster|delslots", "cluster|delslotsrange",
+		"cluster|flushslots", "cluster|failover", "cluster|replicate", "cluster|reset", "cluster|bumpepoch",
+		"cluster|set-config-epoch", "cluster|forget":
+		sl.act = actClusterChange
 	case "readonly", "readwrite":
 		sl.act = actReadonly
 		if name == "readonly" {
@@ -156,7 +160,7 @@ func (s *session) onCommand(n int) decision {
 		}
 	}
 	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking, actReadonly:
+	case actSelect, actAuth, actHello, actTracking, actReadonly, actClusterChange:
 		if s.sendMulti {
 			// Probably queued, to take effect at EXEC (see applyTx). Wait
 			// for Redis's answer: +QUEUED, or the change itself if MULTI

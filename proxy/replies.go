@@ -369,7 +369,7 @@ func (s *session) deferQueued(sl *slot) {
 		s.multiRewrites = append(s.multiRewrites, cluster.ExecElem{Index: s.txQueued, Kind: sl.rewrite})
 	}
 	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking, actReadonly:
+	case actSelect, actAuth, actHello, actTracking, actReadonly, actClusterChange:
 		s.multiActs = append(s.multiActs, queuedAct{idx: s.txQueued, sl: *sl})
 		if sl.act == actSelect {
 			s.txDB, s.txDBSet = sl.arg, true
@@ -459,6 +459,8 @@ func (s *session) confirm(sl *slot) {
 		s.tracking = sl.arg == 1
 	case actReadonly:
 		s.readonly = sl.arg == 1
+	case actClusterChange:
+		srv.topo.Distrust()
 	case actAuthRules:
 		srv.ids.rulesChanged()
 		srv.cache.Flush()

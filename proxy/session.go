@@ -37,6 +37,7 @@ const (
 	actTracking         // CLIENT TRACKING; arg = 1 on, 0 off
 	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
 	actReadonly         // READONLY (arg = 1) or READWRITE (arg = 0): Redis Cluster replica reads
+	actClusterChange    // CLUSTER SETSLOT, DELSLOTS, ...: the node's slots or role may have changed
 )
 
 // hold is a cache suspension a slot keeps until its reply (one Suspend),

@@ -36,6 +36,10 @@ import (
 // notification: no hit is answered from a master's view while the WAIT is
 // not known to be blocked.
 
+// kickGap is the shortest time between two re-reads of the view that
+// redirects asked for (control.go).
+const kickGap = 10 * time.Millisecond
+
 // waitReplicas is the replica count the role watch's WAIT asks for: more
 // than any Redis has (WAIT's count is a long; this one fits in 31 bits).
 const waitReplicas = "2147483647"
@@ -132,6 +136,7 @@ func (s *Subscriber) roleSettled(scratch []byte) bool {
 // until ctx is done. Runs on its own goroutine for one subscription
 // session.
 func (s *Subscriber) watchRole(ctx context.Context) {
+	lastRefusal := ""
 	for ctx.Err() == nil {
 		if v := s.topo.View(); !s.topo.Enabled() || v == nil || v.Role != cluster.RoleMaster {
 			select {
@@ -141,18 +146,39 @@ func (s *Subscriber) watchRole(ctx context.Context) {
 			continue
 		}
 		err := s.blockRole(ctx)
-		if ctx.Err() == nil {
-			s.log.Debug("role watch ended", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(s.cfg.CountersInterval):
+		if ctx.Err() != nil {
+			return
+		}
+		wait := s.cfg.CountersInterval
+		var refused *roleRefused
+		if errors.As(err, &refused) {
+			// Not a role change: no cache answer on this master until
+			// it is resolved (upstream-user without +wait, say).
+			wait = time.Second
+			if msg := refused.Error(); msg != lastRefusal {
+				lastRefusal = msg
+				s.log.Warn("role watch refused: nothing is answered from cache while this node is a master", zap.Error(err))
 			}
+		} else {
+			s.log.Debug("role watch ended", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
 		}
 	}
 }
 
-// errUnblocked is blockRole's error when the WAIT was answered.
+// errUnblocked is blockRole's error when the WAIT was answered as on a
+// role change: -UNBLOCKED, or the replica's refusal of WAIT.
 var errUnblocked = errors.New("keyspace: role watch answered")
+
+// roleRefused is blockRole's error when Redis refused the watch for
+// another reason than a role change (an ACL refusal of WAIT, a failed
+// AUTH): Reply is Redis's error line.
+type roleRefused struct{ Reply string }
+
+func (e *roleRefused) Error() string { return "keyspace: role watch: " + e.Reply }
 
 // blockRole opens the role watch connection, sends WAIT, publishes it,
 // and returns when anything arrives on it (the node changed role, or
@@ -188,7 +214,7 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 			return err
 		}
 		if !strings.HasPrefix(line, "+") {
-			return fmt.Errorf("keyspace: role watch: %s", strings.TrimSpace(line))
+			return &roleRefused{Reply: strings.TrimSpace(line)}
 		}
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -216,7 +242,15 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return errUnblocked
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	line, err := br.ReadString('\n')
+	switch {
+	case err != nil && line == "":
+		return err
+	case strings.HasPrefix(line, "-UNBLOCKED"), strings.Contains(line, "replica"):
+		return errUnblocked
+	}
+	return &roleRefused{Reply: strings.TrimSpace(line)}
 }
 
 // appendCommand appends args as a RESP array of bulk strings.

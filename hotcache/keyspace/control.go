@@ -56,6 +56,7 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 	counters := time.NewTicker(s.cfg.CountersInterval)
 	defer counters.Stop()
 	var sent uint64
+	var lastKick time.Time
 	for {
 		periodic := false
 		select {
@@ -63,6 +64,13 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 			return
 		case <-s.kick:
 		case <-s.topo.Kicked():
+			// At most one re-read per kickGap: a client can fake
+			// redirects (a script's error reply), and must not make
+			// Cicada flood Redis with CLUSTER NODES.
+			if d := time.Until(lastKick.Add(kickGap)); d > 0 {
+				time.Sleep(d)
+			}
+			lastKick = time.Now()
 			if err := s.checkCluster(ctx, ctl); err != nil {
 				fail(err)
 				return

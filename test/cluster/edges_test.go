@@ -162,6 +162,36 @@ func TestClusterCacheEdges(t *testing.T) {
 		c.WaitStable(nil)
 	})
 
+	t.Run("slot change sent through the sidecar", func(t *testing.T) {
+		// CLUSTER SETSLOT / DELSLOTS pipelined with a GET through the
+		// sidecar: Redis runs the GET after the change, so must the
+		// sidecar (its reply distrusts the view before the GET is looked
+		// at; the reading of the view alone would leave 100 ms).
+		key := "absent{edge5}"
+		src := c.Owner(key)
+		dst := otherMaster(c, src)
+		slot := strconv.Itoa(cluster.Slot([]byte(key)))
+		conn := dialRaw(t, "source sidecar", src.SidecarAddr)
+		waitHits(t, src, func() { conn.do("GET", key) })
+		req := resp.AppendCommand(nil, []byte("CLUSTER"), []byte("SETSLOT"), []byte(slot), []byte("MIGRATING"), []byte(dst.ID))
+		req = resp.AppendCommand(req, []byte("GET"), []byte(key))
+		want := "+OK\r\n-ASK " + slot + " " + dst.SidecarAddr + "\r\n"
+		if got := sendAll(t, src.SidecarAddr, req, len(want)); got != want {
+			t.Fatalf("SETSLOT MIGRATING then GET: %q, want %q", got, want)
+		}
+		mustDo(t, c.Direct(src).Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err())
+		c.WaitStable(nil)
+		waitHits(t, src, func() { conn.do("GET", key) })
+		req = resp.AppendCommand(nil, []byte("CLUSTER"), []byte("DELSLOTS"), []byte(slot))
+		req = resp.AppendCommand(req, []byte("GET"), []byte(key))
+		want = "+OK\r\n-CLUSTERDOWN Hash slot not served\r\n"
+		if got := sendAll(t, src.SidecarAddr, req, len(want)); got != want {
+			t.Fatalf("DELSLOTS then GET: %q, want %q", got, want)
+		}
+		mustDo(t, c.Direct(src).Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err())
+		c.WaitStable(nil)
+	})
+
 	t.Run("slot taken with its keys", func(t *testing.T) {
 		// The target claims a slot whose keys were never migrated: Redis
 		// 7.0 deletes them on the old owner without a notification. The
@@ -181,6 +211,9 @@ func TestClusterCacheEdges(t *testing.T) {
 		// the reading interval (100 ms) plus the bus and the machine.
 		took := waitReply(t, conn, key, moved, 2*time.Second)
 		t.Logf("-MOVED through the sidecar %v after the target claimed the slot", took)
+		if n := src.Sidecar.Metric(t, `cicada_cache_evictions_total{reason="cluster"}`); n < 1 {
+			t.Errorf("cluster evictions on the old owner's sidecar: %v", n)
+		}
 		for range 200 {
 			if got := conn.do("GET", key); got != moved {
 				t.Fatalf("after -MOVED: %q", got)
