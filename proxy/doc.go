@@ -49,6 +49,18 @@
 // FLUSHALL, FLUSHDB and SWAPDB suspend the cache until their reply, then
 // flush it.
 //
+// # Redis Cluster
+//
+// Behind a cluster node (cluster.Topology, read by the keyspace
+// subscriber), a GET/HGET is answered or filled only for a key whose slot
+// the node serves: a master's own slots (not one migrating away), a
+// replica's master's on a connection that sent READONLY. A -MOVED, -ASK
+// or -CLUSTERDOWN reply that contradicts the view, and the reply to a
+// CLUSTER command that changes slots or roles, stop local answers before
+// the client sees them, until the view is read again. With an address
+// map (Config.AddrMap), topology replies, also inside EXEC's, and every
+// error reply are read whole and their node addresses rewritten.
+//
 // # Modes that stop local answers
 //
 // MULTI, subscribed mode, CLIENT TRACKING, and for the rest of the

@@ -178,6 +178,7 @@ var errUnblocked = errors.New("keyspace: role watch answered")
 // AUTH): Reply is Redis's error line.
 type roleRefused struct{ Reply string }
 
+// Error returns Redis's refusal, prefixed.
 func (e *roleRefused) Error() string { return "keyspace: role watch: " + e.Reply }
 
 // blockRole opens the role watch connection, sends WAIT, publishes it,
