@@ -26,18 +26,18 @@ const (
 type action uint8
 
 const (
-	actNone      action = iota
-	actSelect           // arg = db
-	actAuth             // user = user name
-	actHello            // arg = protocol (0: unchanged); user = user name when AUTH was given
-	actReset            // RESET
-	actMulti            // MULTI
-	actExec             // EXEC: queued writes and state changes take effect
-	actDiscard          // DISCARD: queued writes end unexecuted
-	actTracking         // CLIENT TRACKING; arg = 1 on, 0 off
-	actAuthRules        // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
-	actReadonly         // READONLY (arg = 1) or READWRITE (arg = 0): Redis Cluster replica reads
-	actClusterChange    // CLUSTER SETSLOT, DELSLOTS, ...: the node's slots or role may have changed
+	actNone          action = iota
+	actSelect               // arg = db
+	actAuth                 // user = user name
+	actHello                // arg = protocol (0: unchanged); user = user name when AUTH was given
+	actReset                // RESET
+	actMulti                // MULTI
+	actExec                 // EXEC: queued writes and state changes take effect
+	actDiscard              // DISCARD: queued writes end unexecuted
+	actTracking             // CLIENT TRACKING; arg = 1 on, 0 off
+	actAuthRules            // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
+	actReadonly             // READONLY (arg = 1) or READWRITE (arg = 0): Redis Cluster replica reads
+	actClusterChange        // CLUSTER SETSLOT, DELSLOTS, ...: the node's slots or role may have changed
 )
 
 // hold is a cache suspension a slot keeps until its reply (one Suspend),

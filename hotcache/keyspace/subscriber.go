@@ -19,8 +19,11 @@
 //	  │               ─► cache.Suspend(): not ready; reconnect with backoff
 //	  ├─ every CheckInterval (control.go): PING (liveness), CONFIG GET
 //	  │  (classes intact, Redis's idle timeout)
-//	  └─ every CountersInterval (control.go): INFO commandstats (a SWAPDB,
-//	     flush, DEBUG or ACL change nobody reported flushes the cache)
+//	  ├─ every CountersInterval (control.go): INFO commandstats (a SWAPDB,
+//	  │  flush, DEBUG or ACL change nobody reported flushes the cache), and
+//	  │  in Redis Cluster CLUSTER INFO and NODES (cluster.go)
+//	  └─ in Redis Cluster, on a master: a blocked WAIT that a demotion to
+//	     replica unblocks (cluster.go)
 //
 // A fence relies on Redis queueing a write's notifications on this
 // connection while it executes the write: once the write's reply has reached
