@@ -50,7 +50,7 @@ const (
 func (s *session) backlog() int64 {
 	b := int64(s.slots.cap())*slotBytes + int64(s.writes.cap())*stripeBytes + s.readBytes +
 		int64(cap(s.txEffects))*txEffectBytes + s.txKeyBytes + int64(cap(s.multiActs))*queuedActBytes +
-		int64(cap(s.multiStripes))*stripeBytes
+		int64(cap(s.multiStripes))*stripeBytes + int64(cap(s.rewriteBuf))
 	if s.up != nil && !s.upClosed {
 		b += int64(s.up.OutboundBuffered())
 	}
@@ -105,7 +105,7 @@ func (s *session) closeFor(why closeReason, held int64) {
 // was closed.
 func (s *session) checkOutput() bool {
 	out := s.client.OutboundBuffered()
-	if out == 0 && s.held == 0 {
+	if out == 0 && s.held == 0 && cap(s.rewriteBuf) < heavyBytes {
 		s.softSince = 0
 		return false // the common case: gnet wrote everything at once
 	}

@@ -78,6 +78,14 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		}
 		if s.rewriting != cluster.ReplyNone || s.rewritingExec || s.rewritingError {
 			s.rewriteBuf = append(s.rewriteBuf, buf[off:off+n]...)
+			if s.rewriteGiveUp() {
+				// Pass on what was held and the rest as it comes.
+				s.down(s.rewriteBuf)
+				s.rewriteBuf = nil
+				s.rewriting, s.rewritingExec, s.rewritingError = cluster.ReplyNone, false, false
+				s.swallowing = false
+				fwd = off + n
+			}
 		}
 		off += n
 		if s.swallowing {
@@ -120,6 +128,43 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 	return off, true
 }
 
+// Rewritten replies are held whole until complete (Config.AddrMap); what
+// is held counts towards the client's memory (backlog). maxRedirect is
+// the longest error reply held to see whether it is a redirect
+// ("-MOVED 16383 " + a 253-byte host name + ":65535\r\n" fits);
+// maxRewrite is the longest topology or EXEC reply held: past it the
+// reply goes through unrewritten (CLUSTER NODES of a 1,000-node cluster
+// is about 200 KB).
+const (
+	maxRedirect = 300
+	maxRewrite  = 16 << 20
+)
+
+// rewriteGiveUp reports whether the reply being held for rewriting should
+// be passed on as it is: an error that cannot be a redirect (its start
+// is not -MOVED or -ASK, or it is longer than one), or a reply over
+// maxRewrite.
+func (s *session) rewriteGiveUp() bool {
+	b := s.rewriteBuf
+	if !s.rewritingError {
+		return len(b) > maxRewrite
+	}
+	if len(b) > maxRedirect {
+		return true
+	}
+	for _, p := range [...][]byte{redirectMoved, redirectAsk} {
+		if n := min(len(b), len(p)); bytes.Equal(b[:n], p[:n]) {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	redirectMoved = []byte("-MOVED ")
+	redirectAsk   = []byte("-ASK ")
+)
+
 // maxDownv bounds the slices gathered for one Writev: the kernel refuses
 // more than IOV_MAX (1024) and gnet closes the connection when it does.
 const maxDownv = 256
@@ -134,12 +179,16 @@ func (s *session) down(bs ...[]byte) {
 }
 
 // flushDown writes the queued bytes to the client (gnet copies what the
-// socket does not take) and checks its output limits.
+// socket does not take) and checks its output limits (also while a large
+// reply is held for rewriting).
 func (s *session) flushDown() {
 	l := s.loop
-	if len(l.downv) > 0 && !s.closed {
+	switch {
+	case len(l.downv) > 0 && !s.closed:
 		_, _ = s.client.Writev(l.downv)
 		s.checkOutput()
+	case cap(s.rewriteBuf) >= heavyBytes && !s.closed:
+		s.checkOutput() // a reply held for rewriting counts too
 	}
 	l.downv = l.downv[:0]
 }
