@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/resp"
 )
 
 // Redis Cluster. A node can stop answering for a slot without a keyspace
@@ -201,9 +201,9 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 		if user == "" {
 			user = "default"
 		}
-		req = appendCommand(req, "AUTH", user, s.cfg.Password)
+		req = resp.AppendCommand(req, []byte("AUTH"), []byte(user), []byte(s.cfg.Password))
 	}
-	req = appendCommand(req, "CLIENT", "SETNAME", "cicada-role-watch")
+	req = resp.AppendCommand(req, []byte("CLIENT"), []byte("SETNAME"), []byte("cicada-role-watch"))
 	_ = c.SetDeadline(time.Now().Add(s.cfg.DialTimeout + 2*s.cfg.CheckInterval))
 	if _, err := c.Write(req); err != nil {
 		return err
@@ -219,7 +219,7 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 		}
 	}
 	_ = c.SetDeadline(time.Time{})
-	if _, err := c.Write(appendCommand(nil, "WAIT", waitReplicas, "0")); err != nil {
+	if _, err := c.Write(resp.AppendCommand(nil, []byte("WAIT"), []byte(waitReplicas), []byte("0"))); err != nil {
 		return err
 	}
 	raw, err := c.(*net.TCPConn).SyscallConn()
@@ -252,19 +252,4 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 		return errUnblocked
 	}
 	return &roleRefused{Reply: strings.TrimSpace(line)}
-}
-
-// appendCommand appends args as a RESP array of bulk strings.
-func appendCommand(b []byte, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
 }

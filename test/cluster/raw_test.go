@@ -3,15 +3,14 @@ package cluster
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cicada-proxy/cicada/proxy/resp"
 	"github.com/cicada-proxy/cicada/test/clustertest"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // rawConn is a RESP2 connection that sends one command at a time and
@@ -56,43 +55,8 @@ func (r *rawConn) try(args ...string) (string, error) {
 	if _, err := r.c.Write(resp.AppendCommand(nil, bs...)); err != nil {
 		return "", err
 	}
-	b, err := readReply(r.br)
+	b, err := redistest.ReadReply(r.br)
 	return string(b), err
-}
-
-// readReply reads one RESP2 or RESP3 reply and returns its bytes.
-func readReply(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadBytes('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return nil, fmt.Errorf("bad reply line %q", line)
-	}
-	out := line
-	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
-	switch line[0] {
-	case '$', '!', '=':
-		if n >= 0 {
-			b := make([]byte, n+2)
-			if _, err := io.ReadFull(br, b); err != nil {
-				return nil, err
-			}
-			out = append(out, b...)
-		}
-	case '*', '%', '~', '>', '|':
-		if line[0] == '%' || line[0] == '|' {
-			n *= 2
-		}
-		for range n {
-			b, err := readReply(br)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, b...)
-		}
-	}
-	return out, nil
 }
 
 // pair is one sidecar connection and one connection to the same node's

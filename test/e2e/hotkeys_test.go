@@ -18,6 +18,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 	"github.com/cicada-proxy/cicada/test/difftest"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // rawConn is a client connection that sends commands and reads whole
@@ -45,46 +46,11 @@ func (r *rawConn) do(args ...string) string {
 		r.t.Fatal(err)
 	}
 	_ = r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	b, err := readRaw(r.br)
+	b, err := redistest.ReadReply(r.br)
 	if err != nil {
 		r.t.Fatalf("%q: %v", args, err)
 	}
 	return string(b)
-}
-
-// readRaw reads one RESP2/RESP3 reply, returning its bytes.
-func readRaw(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadBytes('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 3 {
-		return nil, fmt.Errorf("short line %q", line)
-	}
-	out := line
-	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
-	switch line[0] {
-	case '$', '!', '=':
-		if n >= 0 {
-			b := make([]byte, n+2)
-			if _, err := io.ReadFull(br, b); err != nil {
-				return nil, err
-			}
-			out = append(out, b...)
-		}
-	case '*', '%', '~', '>', '|':
-		if line[0] == '%' || line[0] == '|' {
-			n *= 2
-		}
-		for i := 0; i < n; i++ {
-			b, err := readRaw(br)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, b...)
-		}
-	}
-	return out, nil
 }
 
 // hotkeysReport runs HOTKEYS GET through go-redis (RESP2) and returns its
@@ -547,7 +513,7 @@ func TestHotkeysSubscribedRESP2(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 	_ = sub.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if first, err := readRaw(sub.br); err != nil || !strings.Contains(string(first), "message-payload") {
+	if first, err := redistest.ReadReply(sub.br); err != nil || !strings.Contains(string(first), "message-payload") {
 		t.Fatalf("first message %q, %v", first, err)
 	}
 	const n, batches = 300, 30
@@ -560,7 +526,7 @@ func TestHotkeysSubscribedRESP2(t *testing.T) {
 	}
 	for errs < n {
 		_ = sub.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, err := readRaw(sub.br)
+		b, err := redistest.ReadReply(sub.br)
 		if err != nil {
 			t.Fatalf("after %d errors, %d messages: %v", errs, msgs, err)
 		}
