@@ -110,6 +110,31 @@ func TestHitPathAllocs(t *testing.T) {
 	}
 }
 
+// TestHitPathAllocsCluster: behind a Redis Cluster master (a view serving
+// every slot), the hit path still answers from the cache and allocates
+// nothing (test/cluster checks the slots it must not answer).
+func TestHitPathAllocsCluster(t *testing.T) {
+	s, c, req, reply := hitSession(t)
+	top := s.srv.topo
+	top.SetEnabled(true)
+	all, err := cluster.ParseNodes("m 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-16383", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top.Publish(all, top.Begin())
+	run := func() {
+		c.in, c.out = req, c.out[:0]
+		s.processClient()
+	}
+	run()
+	if want := bytes.Repeat(reply, 16); !bytes.Equal(c.out, want) {
+		t.Fatalf("answered %q, want 16 cached replies", c.out)
+	}
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Errorf("%v allocations per pipeline, want 0", a)
+	}
+}
+
 // BenchmarkHitPath: a pipeline of 16 cached GETs through processClient,
 // without and with a HOTKEYS session (sample 1 and 100).
 func BenchmarkHitPath(b *testing.B) {
