@@ -116,6 +116,7 @@ func (r *reply) allows(ident Ident) bool {
 type entry struct {
 	hash     uint64
 	db       int32
+	hashSlot uint16 // Redis Cluster hash slot of key (cluster.Slot)
 	key      string
 	expireAt int64             // Now() reading at which the key expires; 0 = no TTL
 	get      *reply            // GET reply, or nil
@@ -258,13 +259,31 @@ func (c *Cache) HGet(db int, h uint64, key, field []byte, ident Ident, proto int
 
 // Lookup is Get (isField false) or HGet (isField true) in one call.
 func (c *Cache) Lookup(db int, h uint64, key, field []byte, isField bool, ident Ident, proto int) ([]byte, Status) {
+	reply, _, st := c.LookupSlot(db, h, key, field, isField, ident, proto)
+	return reply, st
+}
+
+// LookupSlot is Lookup that also returns the Redis Cluster hash slot of a
+// cached key (computed once, when it was filled), so that a hit behind a
+// cluster node costs no CRC16 of the key; slot is 0 unless st is Hit or
+// Unproven.
+func (c *Cache) LookupSlot(db int, h uint64, key, field []byte, isField bool, ident Ident, proto int) (reply []byte, slot int, st Status) {
 	if c.suspended.Load() != 0 {
-		return nil, Suspended
+		return nil, 0, Suspended
 	}
 	e := c.find(db, h, key)
 	if e == nil {
-		return nil, Miss
+		return nil, 0, Miss
 	}
+	reply, st = c.replyOf(e, field, isField, ident, proto)
+	if st == Hit || st == Unproven {
+		slot = int(e.hashSlot)
+	}
+	return reply, slot, st
+}
+
+// replyOf returns e's reply for GET or for the field, as Lookup reports it.
+func (c *Cache) replyOf(e *entry, field []byte, isField bool, ident Ident, proto int) ([]byte, Status) {
 	if e.expireAt != 0 && c.now() >= e.expireAt {
 		return nil, Miss
 	}

@@ -1,5 +1,7 @@
 package hotcache
 
+import "github.com/cicada-proxy/cicada/cluster"
+
 // Writer side of the slot table. Everything here runs with Cache.mu held.
 
 // upsertLocked publishes a modified copy of key's entry in db (or a new
@@ -12,7 +14,7 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	if old != nil {
 		n = *old
 	} else {
-		n = entry{hash: h, db: int32(db), key: string(key)}
+		n = entry{hash: h, db: int32(db), key: string(key), hashSlot: uint16(cluster.Slot(key))}
 	}
 	edit(&n)
 	replies, size := measure(&n)

@@ -358,33 +358,34 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		dh = hotcache.FieldHash(h, field)
 	}
 	srv.det.Observe(s.loop.idx, dh)
-	// In Redis Cluster, only a key of a slot the node answers for (cluster.Topology).
+	// In Redis Cluster, only a key of a slot the node answers for
+	// (cluster.Topology); a cached key's slot comes with it.
 	clustered := srv.topo.Enabled()
-	cslot := 0
-	if clustered {
-		cslot = cluster.Slot(key)
-	}
 	if s.slots.len() > 0 {
 		// Answer it once the replies before it are in, if it is cached and
 		// nothing sent so far rules a local answer out.
-		if !s.sendMulti && !s.opaqueSend && !s.rawRequests && (!clustered || srv.topo.Answerable(cslot, s.readonly)) {
+		if !s.sendMulti && !s.opaqueSend && !s.rawRequests {
 			s.checkFresh()
-			if _, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto); st == hotcache.Hit {
+			_, cslot, st := srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
+			if st == hotcache.Hit && (!clustered || srv.topo.Answerable(cslot, s.readonly)) {
 				return decidePause, true
 			}
 		}
 		return s.forwardRead(nil), true
 	}
-	if !s.canAnswer() || (clustered && !srv.topo.Answerable(cslot, s.readonly)) {
+	if !s.canAnswer() {
 		return s.forwardRead(nil), true
 	}
 	s.checkFresh()
-	reply, st := srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
+	reply, cslot, st := srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
 	if st == hotcache.Hit && !s.loop.unappliedAsked {
 		// Ask, then look again: a notification the subscriber applied
 		// between the lookup and the peek would be in neither.
 		s.loop.settled(srv.fencer, h)
-		reply, st = srv.cache.Lookup(s.db, h, key, field, isField, s.ident, s.proto)
+		reply, cslot, st = srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
+	}
+	if clustered && (st == hotcache.Hit || st == hotcache.Unproven) && !srv.topo.Answerable(cslot, s.readonly) {
+		return s.forwardRead(nil), true
 	}
 	switch st {
 	case hotcache.Hit:
@@ -410,7 +411,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		t, ok := srv.cache.BeginFill(h)
 		// The view is read after the ticket: a view that loses the slot
 		// is published before the epoch moves (keyspace.applyCluster).
-		if !ok || (clustered && !srv.topo.Answerable(cslot, s.readonly)) {
+		if !ok || (clustered && !srv.topo.Answerable(cluster.Slot(key), s.readonly)) {
 			break
 		}
 		ri := &readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,

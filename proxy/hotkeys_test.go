@@ -136,16 +136,23 @@ func TestHitPathAllocsCluster(t *testing.T) {
 }
 
 // BenchmarkHitPath: a pipeline of 16 cached GETs through processClient,
-// without and with a HOTKEYS session (sample 1 and 100).
+// without and with a HOTKEYS session (sample 1 and 100), and behind a
+// Redis Cluster master.
 func BenchmarkHitPath(b *testing.B) {
 	for _, bc := range []struct {
-		name   string
-		sample int
-	}{{"off", 0}, {"sample1", 1}, {"sample100", 100}} {
+		name    string
+		sample  int
+		cluster bool
+	}{{"off", 0, false}, {"sample1", 1, false}, {"sample100", 100, false}, {"cluster", 0, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			s, c, req, _ := hitSession(b)
 			if bc.sample > 0 {
 				_ = s.srv.hk.Start(hotkeys.Options{Metrics: hotkeys.CPU | hotkeys.NET, Count: 10, Sample: bc.sample})
+			}
+			if bc.cluster { // behind a master serving every slot
+				all, _ := cluster.ParseNodes("m 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-16383", true)
+				s.srv.topo.SetEnabled(true)
+				s.srv.topo.Publish(all, s.srv.topo.Begin())
 			}
 			b.ReportAllocs()
 			for b.Loop() {
