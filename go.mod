@@ -3,6 +3,7 @@ module github.com/cicada-proxy/cicada
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/gobwas/glob v0.2.3

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cicada-proxy/cicada/proxy/resp"
+)
+
+// Scenario names, as given to -scenario and reported in "scenario".
+const (
+	scenarioClosed = "closed"
+	scenarioOpen   = "open"
+)
+
+// Histogram range: latencies are recorded in nanoseconds, 3 significant
+// digits, up to maxLatency (longer ones are recorded as maxLatency).
+const maxLatency = 10 * time.Second
+
+// config is one run's parameters; see the flags in main.go for defaults.
+type config struct {
+	Addr      string
+	Scenario  string        // scenarioClosed or scenarioOpen
+	Conns     int           // connections, one goroutine each
+	Pipeline  int           // closed loop: requests per round trip (>= 1)
+	Duration  time.Duration // measured run time
+	Rate      float64       // open loop: target ops/s over all connections
+	Keys      int           // key space: key:0 .. key:<Keys-1>
+	ZipfS     float64       // Zipf exponent; key:0 is the hottest
+	GetRatio  float64       // fraction of GET; the rest are SET
+	ValueSize int           // SET value bytes
+	LateSlack time.Duration // open loop: a send later than this after its intended time is "late"
+	Seed      uint64
+}
+
+// result is one run's outcome; its JSON form is the -json output.
+type result struct {
+	Scenario   string  `json:"scenario"`
+	Addr       string  `json:"addr"`
+	Conns      int     `json:"conns"`
+	Pipeline   int     `json:"pipeline,omitempty"`
+	TargetRate float64 `json:"target_rate,omitempty"`
+	Ops        int64   `json:"ops"`
+	DurationS  float64 `json:"duration_s"`
+	OpsPerSec  float64 `json:"ops_per_sec"`
+	P50us      float64 `json:"p50_us"`
+	P99us      float64 `json:"p99_us"`
+	P999us     float64 `json:"p999_us"`
+	MaxUs      float64 `json:"max_us"`
+	Errors     int64   `json:"errors"`
+	Late       int64   `json:"late"`
+	Missed     int64   `json:"missed"`
+	// Open loop: latency from the actual send, without the queueing
+	// and timer delay before it. The gap to P50us/P99us is the delay.
+	SvcP50us  float64 `json:"service_p50_us,omitempty"`
+	SvcP99us  float64 `json:"service_p99_us,omitempty"`
+	CPUs      float64 `json:"cpu_s"`
+	CPUsPer1M float64 `json:"cpu_s_per_1m_ops"`
+	CPUPct    float64 `json:"cpu_pct_of_one_core"`
+}
+
+// worker is one connection and everything it reuses between requests.
+// Owned by its goroutine; the counters and hist are read by run only after
+// the goroutine has finished.
+type worker struct {
+	conn net.Conn
+	br   *bufio.Reader
+	out  []byte   // request bytes of one round trip, reused
+	key  []byte   // "key:<i>", reused
+	args [][]byte // command arguments, reused
+	val  []byte   // SET value (shared, read-only)
+	rng  *rand.Rand
+	zipf *zipf
+	cfg  *config
+	hist *hdrhistogram.Histogram // latency from intended start (closed: from send)
+	svc  *hdrhistogram.Histogram // open loop: latency from the actual send
+
+	ops, errs, late, missed int64
+	ioErr                   error
+}
+
+var (
+	cmdGET = []byte("GET")
+	cmdSET = []byte("SET")
+)
+
+func newWorker(cfg *config, id int, val []byte) (*worker, error) {
+	c, err := net.DialTimeout("tcp", cfg.Addr, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: dial %s: %w", cfg.Addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
+	w := &worker{
+		conn: c,
+		br:   bufio.NewReaderSize(c, 64<<10),
+		out:  make([]byte, 0, 4096),
+		key:  append(make([]byte, 0, 32), "key:"...),
+		args: make([][]byte, 3),
+		val:  val,
+		rng:  rng,
+		zipf: newZipf(rng, cfg.Keys, cfg.ZipfS),
+		cfg:  cfg,
+		hist: hdrhistogram.New(1, int64(maxLatency), 3),
+		svc:  hdrhistogram.New(1, int64(maxLatency), 3),
+	}
+	return w, nil
+}
+
+// appendRequest appends one GET (probability GetRatio) or SET of a
+// Zipf-chosen key to w.out.
+func (w *worker) appendRequest() {
+	i := w.zipf.next() - 1
+	w.key = strconv.AppendInt(w.key[:4], int64(i), 10)
+	w.args[1] = w.key
+	if w.rng.Float64() < w.cfg.GetRatio {
+		w.args[0] = cmdGET
+		w.out = resp.AppendCommand(w.out, w.args[:2]...)
+		return
+	}
+	w.args[0] = cmdSET
+	w.args[2] = w.val
+	w.out = resp.AppendCommand(w.out, w.args[:3]...)
+}
+
+// roundTrip writes w.out and reads n replies, counting error replies.
+func (w *worker) roundTrip(n int) error {
+	if _, err := w.conn.Write(w.out); err != nil {
+		return err
+	}
+	for range n {
+		isErr, err := readReply(w.br)
+		if err != nil {
+			return err
+		}
+		if isErr {
+			w.errs++
+		}
+	}
+	return nil
+}
+
+func record(h *hdrhistogram.Histogram, d time.Duration, n int) {
+	if d > maxLatency {
+		d = maxLatency
+	}
+	_ = h.RecordValues(int64(d), int64(n))
+}
+
+// closedStep is one closed-loop round trip: Pipeline requests, then their
+// replies; every request in it is charged the round trip's latency.
+func (w *worker) closedStep() (time.Time, error) {
+	w.out = w.out[:0]
+	p := w.cfg.Pipeline
+	for range p {
+		w.appendRequest()
+	}
+	t0 := time.Now()
+	if err := w.roundTrip(p); err != nil {
+		return t0, err
+	}
+	now := time.Now()
+	record(w.hist, now.Sub(t0), p)
+	w.ops += int64(p)
+	return now, nil
+}
+
+func (w *worker) runClosed(end time.Time) {
+	for {
+		now, err := w.closedStep()
+		if err != nil {
+			w.ioErr = err
+			return
+		}
+		if !now.Before(end) {
+			return
+		}
+	}
+}
+
+// runOpen sends one request at each intended time start+offset+k*interval
+// before end, never more than one outstanding. Latency runs from the
+// intended time, so time spent waiting for the previous reply (the
+// connection being behind) counts. Requests whose intended time passes
+// while the clock is already past end are counted as missed, not sent.
+func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
+	for k := int64(0); ; k++ {
+		intended := start.Add(offset + time.Duration(k)*interval)
+		if !intended.Before(end) {
+			return
+		}
+		now := time.Now()
+		if !now.Before(end) {
+			w.missed += int64(end.Sub(intended)/interval) + 1
+			return
+		}
+		if d := intended.Sub(now); d > 0 {
+			time.Sleep(d)
+		} else if -d > w.cfg.LateSlack {
+			w.late++
+		}
+		w.out = w.out[:0]
+		w.appendRequest()
+		sent := time.Now()
+		if err := w.roundTrip(1); err != nil {
+			w.ioErr = err
+			return
+		}
+		done := time.Now()
+		record(w.hist, done.Sub(intended), 1)
+		record(w.svc, done.Sub(sent), 1)
+		w.ops++
+	}
+}
+
+// run opens cfg.Conns connections, runs the scenario for cfg.Duration and
+// merges the per-connection histograms. The CPU figures are this process's
+// user+system time over the run (connection setup excluded).
+func run(cfg config) (result, error) {
+	val := make([]byte, cfg.ValueSize)
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	workers := make([]*worker, 0, cfg.Conns)
+	defer func() {
+		for _, w := range workers {
+			_ = w.conn.Close()
+		}
+	}()
+	for i := range cfg.Conns {
+		w, err := newWorker(&cfg, i, val)
+		if err != nil {
+			return result{}, err
+		}
+		workers = append(workers, w)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) * float64(cfg.Conns) / cfg.Rate)
+	for i, w := range workers {
+		// A stuck server must not hang the run.
+		_ = w.conn.SetDeadline(end.Add(10 * time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cfg.Scenario == scenarioOpen {
+				// Stagger the connections evenly inside one interval.
+				w.runOpen(start, end, interval*time.Duration(i)/time.Duration(cfg.Conns), interval)
+			} else {
+				w.runClosed(end)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+
+	res := result{Scenario: cfg.Scenario, Addr: cfg.Addr, Conns: cfg.Conns}
+	if cfg.Scenario == scenarioOpen {
+		res.TargetRate = cfg.Rate
+		// Achieved rate over the scheduled window: missed requests lower it.
+		elapsed = cfg.Duration
+	} else {
+		res.Pipeline = cfg.Pipeline
+	}
+	h := hdrhistogram.New(1, int64(maxLatency), 3)
+	svc := hdrhistogram.New(1, int64(maxLatency), 3)
+	var ioErrs []error
+	for _, w := range workers {
+		h.Merge(w.hist)
+		svc.Merge(w.svc)
+		res.Ops += w.ops
+		res.Errors += w.errs
+		res.Late += w.late
+		res.Missed += w.missed
+		if w.ioErr != nil {
+			res.Errors++
+			ioErrs = append(ioErrs, w.ioErr)
+		}
+	}
+	res.DurationS = elapsed.Seconds()
+	res.OpsPerSec = float64(res.Ops) / res.DurationS
+	res.P50us = float64(h.ValueAtQuantile(50)) / 1e3
+	res.P99us = float64(h.ValueAtQuantile(99)) / 1e3
+	res.P999us = float64(h.ValueAtQuantile(99.9)) / 1e3
+	res.MaxUs = float64(h.Max()) / 1e3
+	if cfg.Scenario == scenarioOpen {
+		res.SvcP50us = float64(svc.ValueAtQuantile(50)) / 1e3
+		res.SvcP99us = float64(svc.ValueAtQuantile(99)) / 1e3
+	}
+	res.CPUs = cpu.Seconds()
+	if res.Ops > 0 {
+		res.CPUsPer1M = res.CPUs / (float64(res.Ops) / 1e6)
+	}
+	res.CPUPct = 100 * cpu.Seconds() / time.Since(start).Seconds()
+	if len(ioErrs) > 0 {
+		return res, fmt.Errorf("loadgen: %d connection(s) failed, first: %w", len(ioErrs), ioErrs[0])
+	}
+	return res, nil
+}
+
+// prefill SETs every key once over a few pipelined connections, batches of
+// 1000, so that GETs in the run find values.
+func prefill(cfg config) error {
+	const conns, batch = 4, 1000
+	val := make([]byte, cfg.ValueSize)
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	errc := make(chan error, conns)
+	for c := range conns {
+		go func() {
+			w, err := newWorker(&cfg, c, val)
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer w.conn.Close()
+			w.args[0], w.args[2] = cmdSET, val
+			for lo := c * batch; lo < cfg.Keys; lo += conns * batch {
+				w.out = w.out[:0]
+				hi := min(lo+batch, cfg.Keys)
+				for i := lo; i < hi; i++ {
+					w.key = strconv.AppendInt(w.key[:4], int64(i), 10)
+					w.args[1] = w.key
+					w.out = resp.AppendCommand(w.out, w.args...)
+				}
+				if err := w.roundTrip(hi - lo); err != nil {
+					errc <- err
+					return
+				}
+				if w.errs > 0 {
+					errc <- fmt.Errorf("loadgen: prefill: %d error replies", w.errs)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var first error
+	for range conns {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

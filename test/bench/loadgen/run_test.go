@@ -1,0 +1,121 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+func testConfig(addr, scenario string) config {
+	return config{
+		Addr: addr, Scenario: scenario, Conns: 8, Pipeline: 1,
+		Duration: time.Second, Rate: 2000, Keys: 10_000, ZipfS: 0.99,
+		GetRatio: 0.9, ValueSize: 100, LateSlack: time.Millisecond, Seed: 1,
+	}
+}
+
+// TestEndToEnd prefills a real redis-server, then runs each mode for 1 s.
+func TestEndToEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, scenarioClosed)
+	if err := prefill(cfg); err != nil {
+		t.Fatalf("prefill: %v", err)
+	}
+
+	t.Run("closed", func(t *testing.T) {
+		cfg := testConfig(srv.Addr, scenarioClosed)
+		cfg.Pipeline = 4
+		res, err := run(cfg)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if res.Ops <= 0 || res.Errors != 0 {
+			t.Errorf("ops %d errors %d, want > 0 and 0", res.Ops, res.Errors)
+		}
+		if res.Ops%4 != 0 {
+			t.Errorf("ops %d, want a multiple of the pipeline depth 4", res.Ops)
+		}
+		if !(res.P50us > 0 && res.P50us <= res.P99us && res.P99us <= res.P999us && res.P999us <= res.MaxUs) {
+			t.Errorf("percentiles p50 %v p99 %v p99.9 %v max %v, want 0 < p50 <= p99 <= p99.9 <= max",
+				res.P50us, res.P99us, res.P999us, res.MaxUs)
+		}
+		if res.CPUs <= 0 {
+			t.Errorf("cpu_s %v, want > 0", res.CPUs)
+		}
+	})
+
+	t.Run("open", func(t *testing.T) {
+		cfg := testConfig(srv.Addr, scenarioOpen)
+		res, err := run(cfg)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if res.Errors != 0 || res.Missed != 0 {
+			t.Errorf("errors %d missed %d, want 0 and 0", res.Errors, res.Missed)
+		}
+		if lo, hi := 0.9*cfg.Rate, 1.1*cfg.Rate; res.OpsPerSec < lo || res.OpsPerSec > hi {
+			t.Errorf("achieved %.0f ops/s, want %.0f ±10%%", res.OpsPerSec, cfg.Rate)
+		}
+		if res.SvcP50us <= 0 || res.SvcP50us > res.P50us {
+			t.Errorf("service p50 %vµs, intended-time p50 %vµs: want 0 < service <= intended", res.SvcP50us, res.P50us)
+		}
+	})
+}
+
+// TestOpenLoopCountsQueueing checks the coordinated-omission correction:
+// against a server that stalls for 200 ms (DEBUG SLEEP on another
+// connection), requests scheduled during the stall are charged the wait, so
+// the p99 from intended times exceeds 100 ms while the service time (from
+// the actual send) mostly does not.
+func TestOpenLoopCountsQueueing(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	cfg := testConfig(srv.Addr, scenarioOpen)
+	cfg.Conns = 2
+	cfg.Duration = 600 * time.Millisecond
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		w, err := newWorker(&cfg, 99, nil)
+		if err != nil {
+			return // the run then fails its own assertions
+		}
+		defer w.conn.Close()
+		w.out = append(w.out, "DEBUG SLEEP 0.2\r\n"...)
+		_ = w.roundTrip(1)
+	}()
+	res, err := run(cfg)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// A third of the schedule falls in the stall; those requests wait
+	// 0-200 ms. Timed from the send, only the two in flight do.
+	if res.P99us < 100_000 {
+		t.Errorf("p99 from intended times %.0fµs, want >= 100000 (the 200 ms stall counted)", res.P99us)
+	}
+	if res.SvcP99us >= 100_000 {
+		t.Errorf("p99 from the send %.0fµs, want < 100000 (only the in-flight requests see the stall)", res.SvcP99us)
+	}
+	if res.Late == 0 {
+		t.Errorf("late = 0, want > 0 after a 200 ms stall")
+	}
+}
+
+// TestClosedStepNoAllocs: one closed-loop round trip (encode, write, read,
+// record) allocates nothing.
+func TestClosedStepNoAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, scenarioClosed)
+	w, err := newWorker(&cfg, 0, make([]byte, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.conn.Close()
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := w.closedStep(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("closedStep allocates %v times per round trip, want 0", allocs)
+	}
+}
