@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: help build image run test conformance test-cluster deps fmt clean
+.PHONY: help build image run test conformance test-cluster deps bench-deps bench fmt clean
 .DEFAULT_GOAL := build
 
 help:
@@ -15,6 +15,7 @@ help:
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
+	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 3.5 min here; BENCH_ARGS='-rounds 7')"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
@@ -63,6 +64,26 @@ conformance: deps
 # with short phases. -v prints the load test's table of phases.
 test-cluster: deps
 	go test -race -count=1 -timeout 30m -v ./test/cluster -cluster.long
+
+# bench-deps installs what `make bench` runs: redis-server, redis-tools
+# (redis-benchmark) and nutcracker (twemproxy, the peer proxy), as deps does.
+bench-deps:
+	@pkgs=""; \
+	command -v redis-server >/dev/null || pkgs="$$pkgs redis-server"; \
+	command -v redis-benchmark >/dev/null || pkgs="$$pkgs redis-tools"; \
+	command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || pkgs="$$pkgs nutcracker"; \
+	if [ -n "$$pkgs" ]; then \
+		echo "installing$$pkgs"; \
+		$(APT_INSTALL) $$pkgs || { $(SUDO) apt-get update -q && $(APT_INSTALL) $$pkgs; }; \
+	fi
+
+# The benchmark harness of test/bench (issue 7): the table goes to stdout,
+# progress to stderr, every raw sample to bin/bench.json. BENCH_ARGS passes
+# harness flags (-rounds, -n-p1, -n-p16, -loops, -only REGEXP; -h lists them).
+bench: bench-deps build
+	go build -o bin/bareserver ./test/bench/bareserver
+	go build -o bin/bench-harness ./test/bench/harness
+	PATH="$$PATH:/usr/sbin" bin/bench-harness -cicada bin/cicada -bare bin/bareserver -json bin/bench.json $$BENCH_ARGS
 
 fmt:
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// sample is one measured run: one scenario, one target, one round.
+type sample struct {
+	Scenario string
+	Target   string
+	Round    int      // 1-based
+	Args     []string // the load's command line
+	benchResult
+	WallSeconds float64
+	// ProxyTicks and RedisTicks are the user+system CPU clock ticks the
+	// proxy (Cicada, twemproxy or the bare server) and redis-server used
+	// during the run; 0 where the target has no such process.
+	ProxyTicks, RedisTicks int64
+	// ProxyCPUus and RedisCPUus are the same per request, in µs; nil
+	// where the target has no such process.
+	ProxyCPUus, RedisCPUus *float64 `json:",omitempty"`
+	// CacheHits is how many requests Cicada answered from its cache
+	// (cicada_cache_hits_total before and after); nil for other targets.
+	CacheHits *float64 `json:",omitempty"`
+	// Output is the load generator's output, progress lines dropped.
+	Output string
+}
+
+// report is the JSON document -json writes, and what the table is
+// printed from.
+type report struct {
+	Started, Finished   time.Time
+	ClockTicksPerSecond int64
+	Rounds, Loops       int
+	Clients             int
+	Samples             []sample
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count); NaN for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// summary holds the medians of one scenario and target.
+type summary struct {
+	n                   int
+	rps, p50, p99, p999 float64
+	proxyCPU, redisCPU  float64 // NaN where not applicable
+	hitRatio            float64 // NaN except for Cicada
+	rpsSpread           float64 // (max-min)/median of ops/s
+}
+
+func summarize(ss []sample) summary {
+	var rps, p50, p99, p999, pc, rc, hit []float64
+	for _, s := range ss {
+		rps = append(rps, s.RPS)
+		p50 = append(p50, s.P50Ms)
+		p99 = append(p99, s.P99Ms)
+		p999 = append(p999, s.P999Ms)
+		if s.ProxyCPUus != nil {
+			pc = append(pc, *s.ProxyCPUus)
+		}
+		if s.RedisCPUus != nil {
+			rc = append(rc, *s.RedisCPUus)
+		}
+		if s.CacheHits != nil && s.Requests > 0 {
+			hit = append(hit, *s.CacheHits/float64(s.Requests))
+		}
+	}
+	m := summary{n: len(ss), rps: median(rps), p50: median(p50), p99: median(p99), p999: median(p999),
+		proxyCPU: median(pc), redisCPU: median(rc), hitRatio: median(hit)}
+	if len(rps) > 0 {
+		m.rpsSpread = (slices.Max(rps) - slices.Min(rps)) / m.rps
+	}
+	return m
+}
+
+// total is the CPU per request of every server process on the path.
+func (m summary) total() float64 {
+	t := 0.0
+	for _, v := range []float64{m.proxyCPU, m.redisCPU} {
+		if !math.IsNaN(v) {
+			t += v
+		}
+	}
+	return t
+}
+
+// printTable prints the medians per scenario and target, with ratios
+// against direct Redis and, for Cicada, against twemproxy.
+func printTable(w io.Writer, r report) {
+	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; Cicada --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
+		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
+	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
+	var order []string
+	groups := map[string]map[string][]sample{}
+	for _, s := range r.Samples {
+		if groups[s.Scenario] == nil {
+			groups[s.Scenario] = map[string][]sample{}
+			order = append(order, s.Scenario)
+		}
+		groups[s.Scenario][s.Target] = append(groups[s.Scenario][s.Target], s)
+	}
+	var vsTwem []string
+	for _, name := range order {
+		g := groups[name]
+		base := summarize(g[targetRedis])
+		for _, t := range targetOrder {
+			if len(g[t]) == 0 {
+				continue
+			}
+			m := summarize(g[t])
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+				name, t, m.rps, 100*m.rpsSpread, m.p50, m.p99, m.p999,
+				num(m.proxyCPU, 2), num(m.redisCPU, 2),
+				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.total(), base.total()),
+				pct(m.hitRatio))
+		}
+		c, tw2 := summarize(g[targetCicada]), summarize(g[targetTwem])
+		if c.n > 0 && tw2.n > 0 {
+			vsTwem = append(vsTwem, fmt.Sprintf("%-20s ops/s ×%s  p50 ×%s  p99 ×%s  p99.9 ×%s  CPU total ×%s  proxy CPU ×%s",
+				name, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
+				ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
+		}
+	}
+	tw.Flush()
+	if len(vsTwem) > 0 {
+		fmt.Fprintln(w, "\nCicada ÷ twemproxy (medians):")
+		fmt.Fprintln(w, strings.Join(vsTwem, "\n"))
+	}
+	fmt.Fprintf(w, "\n%d runs in %s.\n", len(r.Samples), r.Finished.Sub(r.Started).Round(time.Second))
+}
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*v)
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// runTimeout bounds one load run.
+const runTimeout = 3 * time.Minute
+
+// valueBytes is the size of every value the scenarios store and read, the
+// same as the bare server's fixed reply.
+const valueBytes = 64
+
+// Keys of the scenarios. redis-benchmark's -t get without -r reads the
+// literal key "key:__rand_int__"; with -r N it reads and writes
+// key:%012d for random numbers below N.
+const (
+	hotKey     = "key:__rand_int__"
+	hotHash    = "hot:hash"
+	hotField   = "field"
+	missKeys   = 100000
+	missKeyFmt = "key:%012d"
+)
+
+// Load generates one scenario's load against one address and reports what
+// it measured. redisBenchmark is the implementation for scenarios 1 to 3;
+// scenarios 4 and 5 plug in the Go load generator by implementing Load
+// and adding their scenario in scenarios (below).
+type Load interface {
+	// Args describes the load for the report (a command line or a
+	// summary).
+	Args(addr string) []string
+	// Run applies the load to addr once and returns its figures and the
+	// raw output it parsed them from (kept in the JSON report).
+	Run(addr string) (benchResult, []byte, error)
+	// WarmUp applies a short version of the load to addr, unmeasured:
+	// connections made, hot keys detected, caches filled.
+	WarmUp(addr string) error
+}
+
+// scenario is one row group of the table: a load, the data it needs in
+// Redis, and how Cicada is configured for it.
+type scenario struct {
+	Name string
+	// HotThreshold is Cicada's --hot-threshold (ops/s on one key) for
+	// this scenario: 1 where a key is meant to be hot from its first
+	// request, the production default where nothing may become hot.
+	HotThreshold uint32
+	// Prefill writes the scenario's data to the Redis at addr.
+	Prefill func(addr string) error
+	Load    Load
+}
+
+// scenarioConfig holds the request counts and the load's shape.
+type scenarioConfig struct {
+	NP1, NP16 int // requests per run with -P 1 and with -P 16
+	Clients   int
+	Bench     string // redis-benchmark binary
+}
+
+// scenarios returns the scenarios in the order they run.
+func scenarios(c scenarioConfig) []scenario {
+	rb := func(pipeline int, args ...string) Load {
+		n := c.NP1
+		if pipeline > 1 {
+			n = c.NP16
+		}
+		return redisBenchmark{Bin: c.Bench, Clients: c.Clients, Pipeline: pipeline, Requests: n, Extra: args}
+	}
+	var out []scenario
+	for _, p := range []int{16, 1} {
+		out = append(out, scenario{
+			Name:         "1 hot GET -P" + strconv.Itoa(p),
+			HotThreshold: 1,
+			Prefill:      prefillHotKey,
+			Load:         rb(p, "-t", "get"),
+		})
+	}
+	for _, p := range []int{16, 1} {
+		out = append(out, scenario{
+			Name:         "2 hot HGET -P" + strconv.Itoa(p),
+			HotThreshold: 1,
+			Prefill:      prefillHotHash,
+			Load:         rb(p, "hget", hotHash, hotField),
+		})
+	}
+	for _, cmd := range []string{"get", "set"} {
+		for _, p := range []int{1, 16} {
+			out = append(out, scenario{
+				Name:         fmt.Sprintf("3 miss %s -P%d", cmdUpper(cmd), p),
+				HotThreshold: 1000, // Cicada's default; each key sees ~10 ops/s at most
+				Prefill:      prefillMissKeys,
+				Load:         rb(p, "-t", cmd, "-r", strconv.Itoa(missKeys)),
+			})
+		}
+	}
+	// Scenarios 4 and 5 (the Go load generator) go here: a scenario whose
+	// Load runs the generator against addr and fills a benchResult.
+	return out
+}
+
+func cmdUpper(s string) string { return string(bytes.ToUpper([]byte(s))) }
+
+func value() string { return string(bytes.Repeat([]byte{'x'}, valueBytes)) }
+
+func prefillHotKey(addr string) error {
+	return pipeline(addr, [][]byte{command("SET", hotKey, value())}, "+OK")
+}
+
+func prefillHotHash(addr string) error {
+	return pipeline(addr, [][]byte{command("DEL", hotHash), command("HSET", hotHash, hotField, value())}, ":")
+}
+
+func prefillMissKeys(addr string) error {
+	reqs := make([][]byte, missKeys)
+	v := value()
+	for i := range reqs {
+		reqs[i] = command("SET", fmt.Sprintf(missKeyFmt, i), v)
+	}
+	return pipeline(addr, reqs, "+OK")
+}
+
+// redisBenchmark runs redis-benchmark (7.0) with its full output (not -q,
+// not --csv: only the full output has the percentile table p99.9 comes
+// from).
+type redisBenchmark struct {
+	Bin      string
+	Clients  int
+	Pipeline int
+	Requests int
+	Extra    []string // -t get, or a custom command
+}
+
+func (r redisBenchmark) Args(addr string) []string {
+	host, port := splitAddr(addr)
+	a := []string{r.Bin, "-h", host, "-p", port, "-c", strconv.Itoa(r.Clients),
+		"-n", strconv.Itoa(r.Requests), "-P", strconv.Itoa(r.Pipeline), "-d", strconv.Itoa(valueBytes)}
+	return append(a, r.Extra...)
+}
+
+// WarmUp runs a tenth of the requests (at least 1,000).
+func (r redisBenchmark) WarmUp(addr string) error {
+	r.Requests = max(r.Requests/10, 1000)
+	_, _, err := r.Run(addr)
+	return err
+}
+
+func (r redisBenchmark) Run(addr string) (benchResult, []byte, error) {
+	argv := r.Args(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return benchResult{}, out, fmt.Errorf("harness: %v: %w: %s", argv, err, stderr.Bytes())
+	}
+	res, err := parseBenchOutput(out)
+	if err != nil {
+		return res, out, fmt.Errorf("harness: %v: %w", argv, err)
+	}
+	return res, out, nil
+}
+
+// splitAddr splits host:port; a malformed address gives it whole as host.
+func splitAddr(addr string) (host, port string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, ""
+	}
+	return host, port
+}
