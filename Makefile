@@ -15,7 +15,7 @@ help:
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
-	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 3.5 min here; BENCH_ARGS='-rounds 7')"
+	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; about 5.5 min here; BENCH_ARGS='-rounds 7')"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
@@ -82,8 +82,9 @@ bench-deps:
 # harness flags (-rounds, -n-p1, -n-p16, -loops, -only REGEXP; -h lists them).
 bench: bench-deps build
 	go build -o bin/bareserver ./test/bench/bareserver
+	go build -o bin/loadgen ./test/bench/loadgen
 	go build -o bin/bench-harness ./test/bench/harness
-	PATH="$$PATH:/usr/sbin" bin/bench-harness -cicada bin/cicada -bare bin/bareserver -json bin/bench.json $$BENCH_ARGS
+	PATH="$$PATH:/usr/sbin" bin/bench-harness -cicada bin/cicada -bare bin/bareserver -loadgen bin/loadgen -json bin/bench.json $$BENCH_ARGS
 
 fmt:
 	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi

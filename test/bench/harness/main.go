@@ -46,6 +46,9 @@ type options struct {
 	jsonPath    string
 	only        *regexp.Regexp
 	workdir     string
+	loadgen     string
+	goDuration  time.Duration
+	openRate    float64
 }
 
 func main() {
@@ -64,6 +67,9 @@ func main() {
 	flag.IntVar(&o.redisPort, "redis-port", 0, "Redis port on 127.0.0.1 (0: a free port)")
 	flag.StringVar(&o.jsonPath, "json", "", "write every raw sample to this file as JSON")
 	flag.StringVar(&only, "only", "", "run only the scenarios whose name matches this regexp")
+	flag.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "load generator binary for scenarios 4 and 5 (test/bench/loadgen); empty leaves them out")
+	flag.DurationVar(&o.goDuration, "go-duration", 5*time.Second, "one run of scenarios 4 and 5")
+	flag.Float64Var(&o.openRate, "open-rate", 20000, "scenario 5's fixed rate in ops/s")
 	flag.Parse()
 	var err error
 	if o.only, err = regexp.Compile(only); err != nil {
@@ -128,7 +134,8 @@ func run(o options) error {
 		return err
 	}
 	rep := report{ClockTicksPerSecond: tick, Rounds: o.rounds, Loops: o.loops, Clients: o.clients, Started: time.Now()}
-	cfg := scenarioConfig{NP1: o.np1, NP16: o.np16, Clients: o.clients, Bench: o.bench}
+	cfg := scenarioConfig{NP1: o.np1, NP16: o.np16, Clients: o.clients, Bench: o.bench,
+		Loadgen: o.loadgen, GoDuration: o.goDuration, OpenRate: o.openRate}
 	for _, sc := range scenarios(cfg) {
 		if !o.only.MatchString(sc.Name) {
 			continue

@@ -63,6 +63,12 @@ type scenarioConfig struct {
 	NP1, NP16 int // requests per run with -P 1 and with -P 16
 	Clients   int
 	Bench     string // redis-benchmark binary
+	// Loadgen is the load generator binary (scenarios 4 and 5), "" to
+	// leave them out; GoDuration is one of its runs, OpenRate scenario
+	// 5's rate in ops/s.
+	Loadgen    string
+	GoDuration time.Duration
+	OpenRate   float64
 }
 
 // scenarios returns the scenarios in the order they run.
@@ -101,8 +107,9 @@ func scenarios(c scenarioConfig) []scenario {
 			})
 		}
 	}
-	// Scenarios 4 and 5 (the Go load generator) go here: a scenario whose
-	// Load runs the generator against addr and fills a benchResult.
+	if c.Loadgen != "" {
+		out = append(out, goScenarios(c)...)
+	}
 	return out
 }
 

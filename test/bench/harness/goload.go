@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// goLoad runs the Go load generator (test/bench/loadgen) for scenarios 4
+// and 5, which redis-benchmark cannot produce: a Zipf-skewed key space
+// with 90% GET / 10% SET, and a fixed-rate open loop timed from intended
+// send times. Its -json output is one object per run.
+type goLoad struct {
+	Bin      string
+	Duration time.Duration // measured time of one run
+	Flags    []string      // the scenario's shape (-c, -scenario, -rate)
+}
+
+func (g goLoad) Args(addr string) []string {
+	return append([]string{g.Bin, "-addr", addr, "-json", "-duration", g.Duration.String()}, g.Flags...)
+}
+
+// WarmUp runs one second of the load.
+func (g goLoad) WarmUp(addr string) error {
+	g.Duration = time.Second
+	_, _, err := g.Run(addr)
+	return err
+}
+
+func (g goLoad) Run(addr string) (benchResult, []byte, error) {
+	argv := g.Args(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return benchResult{}, out, fmt.Errorf("harness: %v: %w: %s", argv, err, stderr.Bytes())
+	}
+	res, err := parseLoadgenJSON(out)
+	if err != nil {
+		return res, out, fmt.Errorf("harness: %v: %w", argv, err)
+	}
+	return res, out, nil
+}
+
+// loadgenRun is the part of the load generator's -json object the table
+// uses (latencies in µs, measured from intended send times in the open
+// loop).
+type loadgenRun struct {
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	P999us    float64 `json:"p999_us"`
+	MaxUs     float64 `json:"max_us"`
+	Errors    int64   `json:"errors"`
+	Missed    int64   `json:"missed"`
+}
+
+// parseLoadgenJSON reads one run of the load generator. A run with error
+// replies or requests it never sent (an open loop the target could not
+// keep up with: their latency is not in the histogram) is an error.
+func parseLoadgenJSON(out []byte) (benchResult, error) {
+	var r loadgenRun
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return benchResult{}, fmt.Errorf("loadgen output: %w", err)
+	}
+	res := benchResult{Requests: r.Ops, RPS: r.OpsPerSec, P50Ms: r.P50us / 1000, P99Ms: r.P99us / 1000,
+		P999Ms: r.P999us / 1000, MaxMs: r.MaxUs / 1000}
+	switch {
+	case r.Ops == 0:
+		return res, fmt.Errorf("loadgen: no request completed")
+	case r.Errors > 0:
+		return res, fmt.Errorf("loadgen: %d error replies", r.Errors)
+	case r.Missed > 0:
+		return res, fmt.Errorf("loadgen: %d requests never sent (the target fell behind the rate)", r.Missed)
+	}
+	return res, nil
+}
+
+// prefillSkew writes the skew scenarios' key space (key:0 to key:999999,
+// 100-byte values) with the load generator.
+func prefillSkew(bin string) func(addr string) error {
+	return func(addr string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "-addr", addr, "-prefill", "-duration", "0")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s -prefill: %w: %s", bin, err, out)
+		}
+		return nil
+	}
+}
+
+// goScenarios are scenarios 4 and 5.
+func goScenarios(c scenarioConfig) []scenario {
+	return []scenario{{
+		Name:         "4 skew 90/10 c200",
+		HotThreshold: 1000, // the default: only the head of the Zipf curve is hot
+		Prefill:      prefillSkew(c.Loadgen),
+		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
+	}, {
+		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
+		HotThreshold: 1000,
+		Prefill:      prefillSkew(c.Loadgen),
+		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
+			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
+	}}
+}
