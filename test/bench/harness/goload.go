@@ -33,22 +33,7 @@ func (g goLoad) WarmUp(addr string) error {
 }
 
 func (g goLoad) Run(addr string) (benchResult, []byte, error) {
-	argv := g.Args(addr)
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return benchResult{}, out, fmt.Errorf("harness: %v: %w: %s", argv, err, stderr.Bytes())
-	}
-	res, err := parseLoadgenJSON(out)
-	if err != nil {
-		return res, out, fmt.Errorf("harness: %v: %w", argv, err)
-	}
-	return res, out, nil
+	return runLoad(g.Args(addr), parseLoadgenJSON)
 }
 
 // loadgenRun is the part of the load generator's -json object the table

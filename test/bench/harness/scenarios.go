@@ -160,7 +160,12 @@ func (r redisBenchmark) WarmUp(addr string) error {
 }
 
 func (r redisBenchmark) Run(addr string) (benchResult, []byte, error) {
-	argv := r.Args(addr)
+	return runLoad(r.Args(addr), parseBenchOutput)
+}
+
+// runLoad runs argv (within runTimeout, killed with the harness) and
+// parses its standard output.
+func runLoad(argv []string, parse func([]byte) (benchResult, error)) (benchResult, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -171,7 +176,7 @@ func (r redisBenchmark) Run(addr string) (benchResult, []byte, error) {
 	if err != nil {
 		return benchResult{}, out, fmt.Errorf("harness: %v: %w: %s", argv, err, stderr.Bytes())
 	}
-	res, err := parseBenchOutput(out)
+	res, err := parse(out)
 	if err != nil {
 		return res, out, fmt.Errorf("harness: %v: %w", argv, err)
 	}
