@@ -154,6 +154,7 @@ type Cache struct {
 	stripes   []stripe
 	smask     uint64
 	suspended atomic.Int64  // > 0: no hits, no fills
+	off       atomic.Bool   // mirrors disabled, for lock-free readers (Off)
 	epoch     atomic.Uint64 // bumped by Suspend, Resume and Flush
 	now       func() int64
 	maxValue  atomic.Int64                      // bytes; read by Fill before it locks

@@ -115,15 +115,21 @@ func (c *Cache) SetEnabled(on bool) {
 	switch {
 	case !on && !c.disabled:
 		c.disabled = true
+		c.off.Store(true)
 		c.suspended.Add(1)
 		c.epoch.Add(1)
 		c.removeAllLocked(ReasonConfig)
 	case on && c.disabled:
 		c.disabled = false
+		c.off.Store(false)
 		c.epoch.Add(1)
 		c.suspended.Add(-1)
 	}
 }
+
+// Off reports whether caching is turned off (SetEnabled(false)), without
+// locking: the read path's test for skipping detection and lookup.
+func (c *Cache) Off() bool { return c.off.Load() }
 
 // Enabled reports whether caching is on (SetEnabled).
 func (c *Cache) Enabled() bool {

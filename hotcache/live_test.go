@@ -114,7 +114,7 @@ func TestSetEnabled(t *testing.T) {
 	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
 	c.SetEnabled(false)
 	c.SetEnabled(false)
-	if _, st := get(c, "k", 1, 2); st == Hit || c.Enabled() || c.Stats().Replies != 0 {
+	if _, st := get(c, "k", 1, 2); st == Hit || c.Enabled() || !c.Off() || c.Stats().Replies != 0 {
 		t.Fatal("disabled cache still holds or answers k")
 	}
 	if fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
@@ -127,7 +127,7 @@ func TestSetEnabled(t *testing.T) {
 		t.Error("a fill passed while the subscriber still suspended the cache")
 	}
 	c.Resume()
-	if !c.Enabled() || !fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
+	if !c.Enabled() || c.Off() || !fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("re-enabled cache refused a fill")
 	}
 	if _, st := get(c, "k", 1, 2); st != Hit {

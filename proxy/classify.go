@@ -347,6 +347,9 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		return 0, false // part of it went to Redis already
 	}
 	srv := s.srv
+	if srv.cache.Off() { // cache-enabled false: a plain proxy, no counting
+		return s.forwardRead(nil), true
+	}
 	key := args[1]
 	var field []byte
 	if isField {

@@ -31,6 +31,14 @@ func (c *fakeConn) Write(b []byte) (int, error) {
 	c.out = append(c.out, b...)
 	return len(b), nil
 }
+func (c *fakeConn) Writev(bs [][]byte) (int, error) {
+	n := 0
+	for _, b := range bs {
+		c.out = append(c.out, b...)
+		n += len(b)
+	}
+	return n, nil
+}
 func (c *fakeConn) InboundBuffered() int  { return len(c.in) }
 func (c *fakeConn) OutboundBuffered() int { return 0 }
 
@@ -113,6 +121,23 @@ func TestHitPathAllocsCluster(t *testing.T) {
 	}
 	top.Publish(all, top.Begin())
 	checkHits(t, s, c, req, reply)
+}
+
+// TestCacheOffForwardsUncounted: with the cache turned off (cache-enabled
+// false) a GET goes to Redis byte for byte and the detector does not
+// count it: Cicada is a plain proxy, the baseline `make bench` compares
+// detection against.
+func TestCacheOffForwardsUncounted(t *testing.T) {
+	s, c, req, _ := hitSession(t)
+	s.srv.cache.SetEnabled(false)
+	c.in, c.out = req, c.out[:0]
+	s.processClient()
+	if !bytes.Equal(c.out, req) {
+		t.Errorf("sent %q, want the 16 GETs forwarded", c.out)
+	}
+	if n := s.srv.det.Estimate(hotcache.Hash(0, []byte("key:__rand_int__"))); n != 0 {
+		t.Errorf("detector counted %d reads with the cache off, want 0", n)
+	}
 }
 
 // checkHits feeds s the pipeline req of 16 GETs, checks it is answered

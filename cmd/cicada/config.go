@@ -188,7 +188,7 @@ var settings = []setting{
 	{key: "cache-max-value", def: byteSize(64 << 10), usage: "replies with a larger value are not cached; 0 disables the cache"},
 	{key: "cache-capacity", def: 10000, usage: "maximum number of cached replies"},
 	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
-	{key: "cache-enabled", def: true, usage: "cache hot keys; false forwards every request (live)"},
+	{key: "cache-enabled", def: true, usage: "cache hot keys; false forwards every request and counts no key (live)"},
 	{key: "cache-deny", def: []string{}, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*' (live)"},
 	{key: "cluster-address-map", def: []string{}, usage: "Redis Cluster: comma-separated redisHost:port=sidecarHost:port (or :6379=:6380 for any host) rewriting node addresses in CLUSTER SLOTS/SHARDS/NODES and -MOVED/-ASK; not needed when Redis sets cluster-announce-port"},
 	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
