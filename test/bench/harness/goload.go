@@ -93,11 +93,14 @@ func goScenarios(c scenarioConfig) []scenario {
 		HotThreshold: 1000, // the default: only the head of the Zipf curve is hot
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
+		// Redis cannot use the second core; Cicada with two loops can.
+		Targets: []string{targetRedis, targetCicada, targetCicada2, targetTwem},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: 1000,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
 			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
+		Targets: []string{targetRedis, targetCicada, targetTwem},
 	}}
 }

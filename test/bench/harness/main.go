@@ -2,14 +2,21 @@
 // on loopback ports it picks, a redis-server, Cicada in front of it,
 // twemproxy (nutcracker) in front of the same Redis as the peer proxy, and
 // the bare gnet server (test/bench/bareserver) as the physical floor. For
-// each scenario it runs the load against direct Redis, Cicada, twemproxy
-// and the bare server in alternation (R C T B R C T B ..., -rounds times,
-// after one unrecorded warm-up run each), reads each server process's
-// user+system CPU time from /proc/<pid>/stat around every run, and prints
-// a table of medians and ratios. -json writes every raw sample.
+// each scenario it runs the load against the scenario's targets in
+// alternation (for example R C T B R C T B ..., -rounds times, after one
+// unrecorded warm-up run each), reads each server process's user+system
+// CPU time from /proc/<pid>/stat around every run, and prints a table of
+// medians and ratios; then it runs the Go micro-benchmarks (-micro) and
+// prints their medians and scaling from one core to two. -json writes every
+// raw sample.
 //
-// Flow per scenario: (re)start Cicada with the scenario's --hot-threshold,
-// prefill Redis directly, warm up each target, then the rounds.
+// Targets: redis (direct), cicada (--loops -loops), cicada-off (the cache
+// and its detector turned off: the detector's cost is the gap to it),
+// cicada-2loops and bare-2loops (two event loops, for redis-benchmark
+// --threads 2), twemproxy, bare. Flow per scenario: start the Cicada and
+// bare servers it needs (a Cicada restarts when the scenario's
+// --hot-threshold differs), prefill Redis directly, warm up each target,
+// then the rounds.
 //
 // Loopback figures: client, proxy and Redis share this machine's cores,
 // so a proxy's figures include the contention it adds; they are not
@@ -17,6 +24,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -49,6 +57,8 @@ type options struct {
 	loadgen     string
 	goDuration  time.Duration
 	openRate    float64
+	micro       string // module directory for the Go micro-benchmarks; "" skips them
+	microCount  int
 }
 
 func main() {
@@ -70,6 +80,8 @@ func main() {
 	flag.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "load generator binary for scenarios 4 and 5 (test/bench/loadgen); empty leaves them out")
 	flag.DurationVar(&o.goDuration, "go-duration", 5*time.Second, "one run of scenarios 4 and 5")
 	flag.Float64Var(&o.openRate, "open-rate", 20000, "scenario 5's fixed rate in ops/s")
+	flag.StringVar(&o.micro, "micro", ".", "module directory to run the Go micro-benchmarks in (go test -bench); empty skips them")
+	flag.IntVar(&o.microCount, "micro-count", 5, "runs of each micro-benchmark at each -cpu (200 ms each)")
 	flag.Parse()
 	var err error
 	if o.only, err = regexp.Compile(only); err != nil {
@@ -106,30 +118,54 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-// Target names, in the order of each round.
+// Target names. Each scenario lists the ones it runs (scenario.Targets),
+// in the order of each round.
 const (
 	targetRedis  = "redis"
-	targetCicada = "cicada"
+	targetCicada = "cicada" // --loops -loops (1: the single-core comparison)
 	targetTwem   = "twemproxy"
-	targetBare   = "bare"
+	targetBare   = "bare" // -loops -loops
+	// targetCicadaOff is Cicada with --cache-enabled=false: no detection,
+	// no lookup, the baseline the detector's cost is measured against.
+	targetCicadaOff = "cicada-off"
+	// targetCicada2 and targetBare2 run two event loops, for the load of
+	// redis-benchmark --threads 2.
+	targetCicada2 = "cicada-2loops"
+	targetBare2   = "bare-2loops"
 )
 
-var targetOrder = []string{targetRedis, targetCicada, targetTwem, targetBare}
+// defaultTargets are the targets of a scenario that names none.
+var defaultTargets = []string{targetRedis, targetCicada, targetTwem, targetBare}
 
-// servers are the processes of one run of the harness.
+// cicadaConfig is how one Cicada target runs.
+type cicadaConfig struct {
+	loops     int
+	threshold uint32 // --hot-threshold
+	cacheOff  bool   // --cache-enabled=false
+}
+
+// servers are the processes of one run of the harness. Redis and
+// twemproxy live for the whole run; Cicada and bare servers start when a
+// scenario first needs them, and a Cicada restarts when its
+// configuration changes.
 type servers struct {
-	o         options
-	redis     *proc
-	twem      *proc
-	bare      *proc
-	cicada    *proc  // restarted per scenario
-	admin     string // Cicada's admin address
-	threshold uint32 // Cicada's current --hot-threshold
+	o      options
+	redis  *proc
+	twem   *proc
+	bare   map[string]*proc // by target
+	cicada map[string]*cicadaProc
+}
+
+// cicadaProc is a running Cicada.
+type cicadaProc struct {
+	*proc
+	admin string // its admin (metrics) address
+	cfg   cicadaConfig
 }
 
 func run(o options) error {
 	tick := clockTicks()
-	s := &servers{o: o}
+	s := &servers{o: o, bare: map[string]*proc{}, cicada: map[string]*cicadaProc{}}
 	if err := s.startFixed(); err != nil {
 		return err
 	}
@@ -140,20 +176,23 @@ func run(o options) error {
 		if !o.only.MatchString(sc.Name) {
 			continue
 		}
-		if err := s.ensureCicada(sc.HotThreshold); err != nil {
-			return err
+		targets := sc.targets()
+		for _, t := range targets {
+			if err := s.ensure(t, sc.HotThreshold); err != nil {
+				return err
+			}
 		}
 		if err := sc.Prefill(s.redis.addr); err != nil {
 			return fmt.Errorf("harness: %s: prefill: %w", sc.Name, err)
 		}
 		fmt.Fprintf(os.Stderr, "%s: %v\n", sc.Name, sc.Load.Args("HOST:PORT")[1:])
-		for _, t := range targetOrder { // warm-up: connections, hot detection, cache fill
+		for _, t := range targets { // warm-up: connections, hot detection, cache fill
 			if err := sc.Load.WarmUp(s.addr(t)); err != nil {
 				return fmt.Errorf("harness: %s: warm-up on %s: %w", sc.Name, t, err)
 			}
 		}
 		for r := 0; r < o.rounds; r++ {
-			for _, t := range targetOrder {
+			for _, t := range targets {
 				smp, err := s.measure(sc, t, r, tick)
 				if err != nil {
 					return err
@@ -164,8 +203,20 @@ func run(o options) error {
 			}
 		}
 	}
+	if o.micro != "" {
+		fmt.Fprintln(os.Stderr, "Go micro-benchmarks: go test -bench ... -benchmem -cpu 1,2")
+		var raw bytes.Buffer
+		micro, err := runMicro(o.micro, o.microCount, 200*time.Millisecond, &raw)
+		if err != nil {
+			return err
+		}
+		rep.Micro, rep.MicroOutput = micro, raw.String()
+	}
 	rep.Finished = time.Now()
 	printTable(os.Stdout, rep)
+	if len(rep.Micro) > 0 {
+		printMicro(os.Stdout, rep.Micro)
+	}
 	if o.jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -181,19 +232,19 @@ func run(o options) error {
 
 // addr is where the load for target t goes.
 func (s *servers) addr(t string) string {
-	switch t {
-	case targetCicada:
-		return s.cicada.addr
-	case targetTwem:
+	switch {
+	case s.cicada[t] != nil:
+		return s.cicada[t].addr
+	case s.bare[t] != nil:
+		return s.bare[t].addr
+	case t == targetTwem:
 		return s.twem.addr
-	case targetBare:
-		return s.bare.addr
 	}
 	return s.redis.addr
 }
 
-// startFixed starts the processes that live for the whole run: Redis,
-// twemproxy and the bare server.
+// startFixed starts the processes that live for the whole run: Redis and
+// twemproxy.
 func (s *servers) startFixed() error {
 	o := s.o
 	for _, bin := range []string{o.cicada, o.bare, o.nutcracker, o.redisServer, o.bench} {
@@ -243,49 +294,77 @@ func (s *servers) startFixed() error {
 		return err
 	}
 
-	baddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	s.bare, err = start("bareserver", baddr, filepath.Join(o.workdir, "bare.log"),
-		o.bare, "-addr", baddr, "-loops", strconv.Itoa(o.loops))
-	if err != nil {
-		return err
-	}
-	return s.bare.waitGET(hotKey)
+	return nil
 }
 
-// ensureCicada runs Cicada with --hot-threshold threshold, restarting it
-// if it runs with another.
-func (s *servers) ensureCicada(threshold uint32) error {
-	if s.cicada != nil && s.threshold == threshold {
+// ensure starts target t's process if it is a Cicada or a bare server not
+// running yet, and restarts a Cicada running with another --hot-threshold
+// than threshold.
+func (s *servers) ensure(t string, threshold uint32) error {
+	switch t {
+	case targetCicada:
+		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold})
+	case targetCicadaOff:
+		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold, cacheOff: true})
+	case targetCicada2:
+		return s.ensureCicada(t, cicadaConfig{loops: 2, threshold: threshold})
+	case targetBare:
+		return s.ensureBare(t, s.o.loops)
+	case targetBare2:
+		return s.ensureBare(t, 2)
+	}
+	return nil
+}
+
+// ensureBare starts the bare server of target t with loops event loops.
+func (s *servers) ensureBare(t string, loops int) error {
+	if s.bare[t] != nil {
 		return nil
 	}
-	if s.cicada != nil {
-		s.cicada.stop()
-		s.cicada = nil
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	p, err := start(t, addr, filepath.Join(s.o.workdir, t+".log"), s.o.bare, "-addr", addr, "-loops", strconv.Itoa(loops))
+	if err != nil {
+		return err
+	}
+	s.bare[t] = p
+	return p.waitGET(hotKey)
+}
+
+// ensureCicada runs Cicada target t with configuration cfg, restarting it
+// if it runs with another.
+func (s *servers) ensureCicada(t string, cfg cicadaConfig) error {
+	if c := s.cicada[t]; c != nil {
+		if c.cfg == cfg {
+			return nil
+		}
+		c.stop()
+		delete(s.cicada, t)
 	}
 	caddr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	if s.admin, err = freeAddr(); err != nil {
-		return err
-	}
-	p, err := start("cicada", caddr, filepath.Join(s.o.workdir, "cicada.log"),
-		s.o.cicada, "--listen", caddr, "--admin", s.admin, "--upstream", s.redis.addr,
-		"--hot-threshold", strconv.FormatUint(uint64(threshold), 10), "--log-level", "warn",
-		"--loops", strconv.Itoa(s.o.loops))
+	admin, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	if err := p.waitHTTP200("http://" + s.admin + "/readyz"); err != nil {
+	p, err := start(t, caddr, filepath.Join(s.o.workdir, t+".log"),
+		s.o.cicada, "--listen", caddr, "--admin", admin, "--upstream", s.redis.addr,
+		"--hot-threshold", strconv.FormatUint(uint64(cfg.threshold), 10), "--log-level", "warn",
+		"--loops", strconv.Itoa(cfg.loops), "--cache-enabled="+strconv.FormatBool(!cfg.cacheOff))
+	if err != nil {
+		return err
+	}
+	if err := p.waitHTTP200("http://" + admin + "/readyz"); err != nil {
 		return err
 	}
 	if err := p.waitGET(hotKey); err != nil {
 		return err
 	}
-	s.cicada, s.threshold = p, threshold
+	s.cicada[t] = &cicadaProc{proc: p, admin: admin, cfg: cfg}
 	return nil
 }
 
@@ -293,21 +372,22 @@ func (s *servers) ensureCicada(threshold uint32) error {
 // CPU time of the processes serving it around the run.
 func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample, error) {
 	var proxy, redis *proc
-	switch t {
-	case targetRedis:
+	c := s.cicada[t]
+	switch {
+	case t == targetRedis:
 		redis = s.redis
-	case targetCicada:
-		proxy, redis = s.cicada, s.redis
-	case targetTwem:
+	case c != nil:
+		proxy, redis = c.proc, s.redis
+	case t == targetTwem:
 		proxy, redis = s.twem, s.redis
-	case targetBare:
-		proxy = s.bare
+	default:
+		proxy = s.bare[t]
 	}
 	smp := sample{Scenario: sc.Name, Target: t, Round: round + 1, Args: sc.Load.Args(s.addr(t))}
 	var hits0 float64
-	if t == targetCicada {
+	if c != nil {
 		var err error
-		if hits0, err = fetchMetric(s.admin, "cicada_cache_hits_total"); err != nil {
+		if hits0, err = fetchMetric(c.admin, "cicada_cache_hits_total"); err != nil {
 			return smp, fmt.Errorf("harness: cicada metrics: %w", err)
 		}
 	}
@@ -339,8 +419,8 @@ func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample,
 		smp.RedisTicks = r1 - r0
 		smp.RedisCPUus = perReq(r1 - r0)
 	}
-	if t == targetCicada {
-		hits1, err := fetchMetric(s.admin, "cicada_cache_hits_total")
+	if c != nil {
+		hits1, err := fetchMetric(c.admin, "cicada_cache_hits_total")
 		if err != nil {
 			return smp, fmt.Errorf("harness: cicada metrics: %w", err)
 		}

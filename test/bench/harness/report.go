@@ -40,6 +40,10 @@ type report struct {
 	Rounds, Loops       int
 	Clients             int
 	Samples             []sample
+	// Micro are the Go micro-benchmarks' medians, MicroOutput go test's
+	// output they were read from.
+	Micro       []microResult `json:",omitempty"`
+	MicroOutput string        `json:",omitempty"`
 }
 
 // median returns the median of xs (the mean of the middle two for an even
@@ -112,21 +116,22 @@ func printTable(w io.Writer, r report) {
 	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
 	var order []string
 	groups := map[string]map[string][]sample{}
+	targets := map[string][]string{} // each scenario's targets, in run order
 	for _, s := range r.Samples {
 		if groups[s.Scenario] == nil {
 			groups[s.Scenario] = map[string][]sample{}
 			order = append(order, s.Scenario)
 		}
+		if groups[s.Scenario][s.Target] == nil {
+			targets[s.Scenario] = append(targets[s.Scenario], s.Target)
+		}
 		groups[s.Scenario][s.Target] = append(groups[s.Scenario][s.Target], s)
 	}
-	var vsTwem []string
+	var vsTwem, vsOff []string
 	for _, name := range order {
 		g := groups[name]
 		base := summarize(g[targetRedis])
-		for _, t := range targetOrder {
-			if len(g[t]) == 0 {
-				continue
-			}
+		for _, t := range targets[name] {
 			m := summarize(g[t])
 			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 				name, t, m.rps, 100*m.rpsSpread, m.p50, m.p99, m.p999,
@@ -140,11 +145,19 @@ func printTable(w io.Writer, r report) {
 				name, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
 				ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
 		}
+		if off := summarize(g[targetCicadaOff]); c.n > 0 && off.n > 0 {
+			vsOff = append(vsOff, fmt.Sprintf("%-20s ops/s ×%s  p50 ×%s  p99 ×%s  proxy CPU ×%s",
+				name, ratio(c.rps, off.rps), ratio(c.p50, off.p50), ratio(c.p99, off.p99), ratio(c.proxyCPU, off.proxyCPU)))
+		}
 	}
 	tw.Flush()
 	if len(vsTwem) > 0 {
 		fmt.Fprintln(w, "\nCicada ÷ twemproxy (medians):")
 		fmt.Fprintln(w, strings.Join(vsTwem, "\n"))
+	}
+	if len(vsOff) > 0 {
+		fmt.Fprintln(w, "\nCicada ÷ Cicada with the cache off (cicada-off: no detection, no lookup; the detector's cost):")
+		fmt.Fprintln(w, strings.Join(vsOff, "\n"))
 	}
 	fmt.Fprintf(w, "\n%d runs in %s.\n", len(r.Samples), r.Finished.Sub(r.Started).Round(time.Second))
 }

@@ -56,6 +56,16 @@ type scenario struct {
 	// Prefill writes the scenario's data to the Redis at addr.
 	Prefill func(addr string) error
 	Load    Load
+	// Targets are the targets it runs against, in each round's order;
+	// nil: defaultTargets.
+	Targets []string
+}
+
+func (sc scenario) targets() []string {
+	if sc.Targets == nil {
+		return defaultTargets
+	}
+	return sc.Targets
 }
 
 // scenarioConfig holds the request counts and the load's shape.
@@ -73,13 +83,14 @@ type scenarioConfig struct {
 
 // scenarios returns the scenarios in the order they run.
 func scenarios(c scenarioConfig) []scenario {
-	rb := func(pipeline int, args ...string) Load {
+	rbThreads := func(threads, pipeline int, args ...string) redisBenchmark {
 		n := c.NP1
 		if pipeline > 1 {
 			n = c.NP16
 		}
-		return redisBenchmark{Bin: c.Bench, Clients: c.Clients, Pipeline: pipeline, Requests: n, Extra: args}
+		return redisBenchmark{Bin: c.Bench, Clients: c.Clients, Pipeline: pipeline, Requests: n, Threads: threads, Extra: args}
 	}
+	rb := func(pipeline int, args ...string) Load { return rbThreads(1, pipeline, args...) }
 	var out []scenario
 	for _, p := range []int{16, 1} {
 		out = append(out, scenario{
@@ -87,6 +98,19 @@ func scenarios(c scenarioConfig) []scenario {
 			HotThreshold: 1,
 			Prefill:      prefillHotKey,
 			Load:         rb(p, "-t", "get"),
+		})
+	}
+	// Two event loops against a two-thread load generator: Redis stays
+	// on one core; twice the requests, as both sides are faster.
+	for _, p := range []int{16, 1} {
+		l := rbThreads(2, p, "-t", "get")
+		l.Requests *= 2
+		out = append(out, scenario{
+			Name:         "1 hot GET -P" + strconv.Itoa(p) + " 2 loops",
+			HotThreshold: 1,
+			Prefill:      prefillHotKey,
+			Load:         l,
+			Targets:      []string{targetRedis, targetCicada2, targetBare2},
 		})
 	}
 	for _, p := range []int{16, 1} {
@@ -104,6 +128,8 @@ func scenarios(c scenarioConfig) []scenario {
 				HotThreshold: 1000, // Cicada's default; each key sees ~10 ops/s at most
 				Prefill:      prefillMissKeys,
 				Load:         rb(p, "-t", cmd, "-r", strconv.Itoa(missKeys)),
+				// cicada-off: the detector's cost is the gap to it.
+				Targets: []string{targetRedis, targetCicada, targetCicadaOff, targetTwem},
 			})
 		}
 	}
@@ -142,6 +168,7 @@ type redisBenchmark struct {
 	Clients  int
 	Pipeline int
 	Requests int
+	Threads  int      // --threads; 1 runs without it
 	Extra    []string // -t get, or a custom command
 }
 
@@ -149,6 +176,9 @@ func (r redisBenchmark) Args(addr string) []string {
 	host, port := splitAddr(addr)
 	a := []string{r.Bin, "-h", host, "-p", port, "-c", strconv.Itoa(r.Clients),
 		"-n", strconv.Itoa(r.Requests), "-P", strconv.Itoa(r.Pipeline), "-d", strconv.Itoa(valueBytes)}
+	if r.Threads > 1 {
+		a = append(a, "--threads", strconv.Itoa(r.Threads))
+	}
 	return append(a, r.Extra...)
 }
 
