@@ -28,11 +28,17 @@
 // without hashing again. A key's count is the smaller of its two counters.
 //
 // Memory is bounded whatever the number of distinct keys: one sketch per
-// (event loop, sub-window), allocated once by [New]. The 11 sketches of a
-// loop are interleaved: the 11 sub-window counters of one (row, column) share
-// one 64-byte cache line (5 of its 16 uint32 unused), so an estimate reads 2
-// cache lines per loop instead of 22. That is Loops × 2 × W × 64 bytes
-// (1 MiB per loop at the default width).
+// (event loop, sub-window), allocated once by [New], plus one "history"
+// sketch. An access writes only its loop's current sub-window sketch
+// (2 × W × 4 bytes, 64 KiB at the default width), and the history sketch
+// holds, per counter, the sum over loops of the window's other sub-windows
+// (recomputed by [Detector.Advance]), so Observe and Estimate together touch
+// two 64-KiB arrays that stay in a core's cache, whatever the key. (Until
+// issue 7 the 11 sub-window counters of a column shared one cache line: 1
+// MiB per loop that random keys missed in cache on every access, 12% of the
+// CPU of forwarding pipelined GETs of 100,000 keys.) Memory is Loops × 11 ×
+// 2 × W × 4 bytes (704 KiB per loop at the default width) plus 3 × 2 × W × 4
+// bytes for the history sketch and Advance's scratch.
 //
 // Error bound, in words: a sketch never underestimates. Other keys that land
 // in the same counters can only add to a key's count. Let N be the number of
@@ -43,11 +49,10 @@
 // proxy, a cold key looks at most about 332 ops/s hotter than it is, in at
 // least 86% of cases. Larger widths shrink the error in proportion. The
 // bound holds for the whole window because every loop and sub-window uses
-// the same two columns for a key, so the per-row sums over all of them form
-// one Count-Min Sketch of the window's traffic; Estimate sums the
-// per-sub-window minimums instead, which is never larger than the minimum of
-// those row sums. In practice it is much tighter (TestBoundedError: 100,000
-// distinct keys give unseen keys estimates of about 10, bound 33).
+// the same two columns for a key: Estimate is the smaller of the two rows'
+// sums over all of them, one Count-Min Sketch of the window's traffic
+// (TestBoundedError: 100,000 distinct keys give unseen keys estimates of
+// about 10, bound 33).
 //
 // # Sliding window
 //
@@ -56,7 +61,9 @@
 // sketches: the current sub-window, the 9 previous full ones, and the oldest
 // one, of which only the part still inside the 1-s window is counted:
 //
-//	Estimate = Σ loops [ cur + prev1..prev9 + oldest × (1 - elapsed/100ms) ]
+//	Estimate = min over rows of
+//	           history + Σ loops cur
+//	history  = Σ loops [ prev1..prev9 + oldest × (1 - elapsed/100ms) ]   (Advance)
 //
 // where elapsed is the time between the start of the current sub-window and
 // the time given to the last [Detector.Advance]. For traffic at a steady rate
@@ -73,10 +80,16 @@
 //     that no other goroutine writes at that time. Each loop's counters are a
 //     separate allocation padded by a cache line at both ends, so loops never
 //     share a cache line.
-//   - [Detector.Advance] is called by one ticker goroutine. When a sub-window
-//     boundary has passed, it zeroes (atomic stores) the slot(s) that become
-//     current for every loop, idle loops included, and only then publishes
-//     the new index. Owners never clear counters themselves.
+//   - [Detector.Advance] is called by one ticker goroutine. It recomputes
+//     the history sketch (atomic stores) from the ring; when a sub-window
+//     boundary has passed it does so for the new position, then zeroes the
+//     slot(s) that become current for every loop, idle loops included, and
+//     only then publishes the new index. Owners never clear counters
+//     themselves. Between the history's store and the index's, Estimate may
+//     count the finishing sub-window twice (an overestimate for
+//     microseconds); an Observe that loaded the index just before it moved
+//     adds to a finished sub-window, which the history includes from the
+//     next Advance (100 ms later) on.
 //   - [Detector.Estimate], [Detector.IsHot], [Detector.IsCold],
 //     [Detector.Threshold] and [Detector.SetThreshold] are lock-free (atomic
 //     loads and stores only) and safe from any goroutine.
@@ -124,11 +137,6 @@ const (
 	slotBits = 4
 	slotMask = 1<<slotBits - 1
 
-	// cellShift: a cell is the 16 uint32 (one 64-byte cache line) holding
-	// the ringSlots sub-window counters of one (row, column).
-	cellShift = 4
-	cellSize  = 1 << cellShift
-
 	// padCounters is one 64-byte cache line of uint32 counters, put before
 	// and after each loop's counters so two loops never share a line.
 	padCounters = 64 / 4
@@ -156,7 +164,7 @@ type Config struct {
 	Loops int
 	// Width is the number of counters per sketch row; a power of two in
 	// [1, MaxWidth]. 0 means DefaultWidth (8192). Memory is
-	// Loops × 128 × Width bytes.
+	// (Loops × 88 + 24) × Width bytes.
 	Width int
 }
 
@@ -167,8 +175,14 @@ type Detector struct {
 	// Immutable after New.
 	epoch  time.Time // start of sub-window 0
 	width  int       // counters per row, power of two
+	sketch int       // counters per sketch: depth × width
 	mask   uint64    // width - 1
 	shards []shard   // one per loop; the slice and headers are read-only
+	// history is a sketch (row r, column col at r*width+col) of the
+	// window's traffic outside the current sub-window, summed over loops
+	// and saturated at math.MaxUint32; written (Store) only by Advance,
+	// loaded by anyone.
+	history []atomic.Uint32
 
 	// Atomics, written by Advance (pos) or SetThreshold (threshold), read
 	// by everyone.
@@ -177,16 +191,16 @@ type Detector struct {
 
 	// mu serializes Advance and guards the following.
 	mu      sync.Mutex
-	sub     int64 // number of the current sub-window since epoch
-	elapsed int64 // ns from epoch to the latest Advance time
+	sub     int64    // number of the current sub-window since epoch
+	elapsed int64    // ns from epoch to the latest Advance time
+	full    []uint64 // Advance's scratch: full sub-windows' sums per counter
+	oldest  []uint64 // Advance's scratch: the oldest sub-window's sums
 }
 
-// shard holds one loop's ring of sketches, interleaved: the counter of row
-// r, column col, ring slot s is c[(r*width+col)<<cellShift + s]. The
+// shard holds one loop's ring of sketches, one after the other: the counter
+// of ring slot s, row r, column col is c[s*sketch + r*width + col]. The
 // published slot is written (Add) only by the loop's owner; other slots are
-// written (Store 0) only by Advance; anyone may Load. For widths of 256 and
-// up the array is a large allocation, page-aligned, so cells match cache
-// lines.
+// written (Store 0) only by Advance; anyone may Load.
 type shard struct {
 	c []atomic.Uint32
 }
@@ -211,10 +225,15 @@ func New(cfg Config, now time.Time) (*Detector, error) {
 	d := &Detector{
 		epoch:  now,
 		width:  w,
+		sketch: depth * w,
 		mask:   uint64(w - 1),
 		shards: make([]shard, cfg.Loops),
+		full:   make([]uint64, depth*w),
+		oldest: make([]uint64, depth*w),
 	}
-	n := depth * w * cellSize
+	hist := make([]atomic.Uint32, padCounters+d.sketch+padCounters)
+	d.history = hist[padCounters : padCounters+d.sketch : padCounters+d.sketch]
+	n := ringSlots * d.sketch
 	for i := range d.shards {
 		buf := make([]atomic.Uint32, padCounters+n+padCounters)
 		d.shards[i].c = buf[padCounters : padCounters+n : padCounters+n]
@@ -246,12 +265,12 @@ func (d *Detector) SetThreshold(t uint32) {
 // loop, with 0 <= loop < Loops (it panics otherwise); calls for one loop
 // from several goroutines would still count correctly but contend. It does
 // not allocate, lock or block: one atomic load and two uncontended atomic
-// adds.
+// adds in the loop's current sketch.
 func (d *Detector) Observe(loop int, h uint64) {
 	c := d.shards[loop].c
-	s := int(d.pos.Load() & slotMask)
-	c[int(h&d.mask)<<cellShift+s].Add(1)
-	c[(d.width+int((h>>32)&d.mask))<<cellShift+s].Add(1)
+	base := int(d.pos.Load()&slotMask) * d.sketch
+	c[base+int(h&d.mask)].Add(1)
+	c[base+d.width+int((h>>32)&d.mask)].Add(1)
 }
 
 // Estimate returns the number of accesses to the key with hash h over the
@@ -261,40 +280,16 @@ func (d *Detector) Observe(loop int, h uint64) {
 // Safe for concurrent use from any goroutine; atomic loads only, no
 // allocation, no clock read.
 func (d *Detector) Estimate(h uint64) uint32 {
-	p := d.pos.Load()
-	into := p >> slotBits      // ns into the current sub-window, < subWindow
-	old := int(p&slotMask) + 1 // ring slot of the oldest sub-window
-	if old == ringSlots {
-		old = 0
-	}
-	i0 := int(h&d.mask) << cellShift
-	i1 := (d.width + int((h>>32)&d.mask)) << cellShift
-
-	var full, oldest uint64
+	base := int(d.pos.Load()&slotMask) * d.sketch
+	i0 := int(h & d.mask)
+	i1 := d.width + int((h>>32)&d.mask)
+	r0, r1 := uint64(d.history[i0].Load()), uint64(d.history[i1].Load())
 	for i := range d.shards {
 		c := d.shards[i].c
-		r0 := c[i0 : i0+ringSlots : i0+ringSlots]
-		r1 := c[i1 : i1+ringSlots : i1+ringSlots]
-		for s := range ringSlots {
-			m := uint64(min(r0[s].Load(), r1[s].Load()))
-			if s == old {
-				oldest += m
-			} else {
-				full += m
-			}
-		}
+		r0 += uint64(c[base+i0].Load())
+		r1 += uint64(c[base+i1].Load())
 	}
-	// oldest × (1 - into/subWindow), in 128 bits: oldest × 1e8 may exceed
-	// 2^64 with many loops. The quotient is <= oldest, so Div64 cannot
-	// overflow.
-	into = min(into, uint64(subWindow))
-	hi, lo := bits.Mul64(oldest, uint64(subWindow)-into)
-	part, _ := bits.Div64(hi, lo, uint64(subWindow))
-	total := full + part
-	if total > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(total)
+	return uint32(min(r0, r1, math.MaxUint32))
 }
 
 // IsHot reports whether Estimate(h) >= Threshold: the test for adding a key
@@ -314,18 +309,19 @@ func (d *Detector) IsCold(h uint64) bool {
 
 // Advance moves the window to now, a reading of the injected clock (use
 // time.Now in production, with its monotonic reading). Call it from one
-// ticker goroutine at least every 100 ms; estimates are frozen between
-// calls. For each sub-window boundary passed since the last call (at most 11
-// matter, so a long pause clears everything) it zeroes the ring slot that
-// becomes current in every loop, idle loops included, then publishes the new
-// slot and the time within it, which Estimate uses to weight the oldest
-// sub-window. A now earlier than the latest Advance (or than New's now) is
-// ignored. Concurrent calls are serialized by a mutex; never called on the
-// hot path.
+// ticker goroutine at least every 100 ms; estimates of the past sub-windows
+// are frozen between calls. It recomputes the history sketch for the new
+// position; for each sub-window boundary passed since the last call (at most
+// 11 matter, so a long pause clears everything) it then zeroes the ring slot
+// that becomes current in every loop, idle loops included, and publishes the
+// new slot and the time within it, which weights the oldest sub-window. A
+// now earlier than the latest Advance (or than New's now) is ignored.
+// Concurrent calls are serialized by a mutex; never called on the hot path.
 //
-// Cost: Loops × 2 × Width atomic stores per boundary passed, about 80 µs per
-// loop at the default width (BenchmarkAdvance), so under 0.1% of a core per
-// loop at 10 boundaries a second.
+// Cost: reading Loops × 10 sketches and writing the history, plus zeroing
+// one sketch per loop at a boundary: 245 µs for one loop, 1.4 ms for 8 at
+// the default width (BenchmarkAdvance), so 0.25% of a core per loop at 10
+// calls a second, on the ticker's goroutine.
 //
 // An Observe that loaded the slot index more than 10 sub-windows before its
 // Add (a loop descheduled for over 1 s mid-call) may add 1 to a slot that was
@@ -339,24 +335,77 @@ func (d *Detector) Advance(now time.Time) {
 	}
 	d.elapsed = e
 	sub := e / int64(subWindow)
-	if passed := sub - d.sub; passed > 0 {
-		cur := int(d.sub % ringSlots)
-		for k := int64(1); k <= min(passed, ringSlots); k++ {
-			d.clearSlot((cur + int(k)) % ringSlots)
+	into := uint64(e - sub*int64(subWindow))
+	cur := int(sub % ringSlots)
+	// The slots that become current on the way to sub: cleared, so they
+	// count for nothing in the new history.
+	passed := min(sub-d.sub, ringSlots)
+	cleared := func(s int) bool {
+		k := (s - int(d.sub%ringSlots) + ringSlots) % ringSlots // boundaries from the old slot to s
+		return k >= 1 && int64(k) <= passed || passed == ringSlots
+	}
+	d.recompute(cur, into, cleared)
+	if passed > 0 {
+		old := int(d.sub % ringSlots)
+		for k := 1; k <= int(passed); k++ {
+			d.clearSlot((old + k) % ringSlots)
 		}
 		d.sub = sub
 	}
-	into := uint64(e - sub*int64(subWindow))
-	d.pos.Store(into<<slotBits | uint64(sub%ringSlots))
+	d.pos.Store(into<<slotBits | uint64(cur))
+}
+
+// recompute stores in the history sketch, for current slot cur and into ns
+// into it, the sum over loops of every slot but cur: the oldest one
+// (cur+1) weighted by (1 - into/subWindow), the others in full, slots for
+// which skip is true left out. Called by Advance with d.mu held.
+func (d *Detector) recompute(cur int, into uint64, skip func(int) bool) {
+	clear(d.full)
+	clear(d.oldest)
+	oldSlot := (cur + 1) % ringSlots
+	for i := range d.shards {
+		c := d.shards[i].c
+		for s := range ringSlots {
+			if s == cur || skip(s) {
+				continue
+			}
+			dst := d.full
+			if s == oldSlot {
+				dst = d.oldest
+			}
+			sk := c[s*d.sketch : (s+1)*d.sketch : (s+1)*d.sketch]
+			for j := range dst {
+				dst[j] += uint64(sk[j].Load())
+			}
+		}
+	}
+	into = min(into, uint64(subWindow))
+	keep := uint64(subWindow) - into
+	for j, f := range d.full {
+		if o := d.oldest[j]; o != 0 {
+			// o × keep / subWindow; in 128 bits past 2^36 (o × 1e8 < 2^64
+			// below), which many busy loops can reach. The quotient is
+			// <= o, so Div64 cannot overflow.
+			if o < 1<<36 {
+				f += o * keep / uint64(subWindow)
+			} else {
+				hi, lo := bits.Mul64(o, keep)
+				part, _ := bits.Div64(hi, lo, uint64(subWindow))
+				f += part
+			}
+		}
+		d.history[j].Store(uint32(min(f, math.MaxUint32)))
+	}
 }
 
 // clearSlot zeroes ring slot s of every loop. Called by Advance with d.mu
-// held, before s is published as current.
+// held, after the history no longer counts s and before s is published as
+// current.
 func (d *Detector) clearSlot(s int) {
 	for i := range d.shards {
-		c := d.shards[i].c
-		for j := s; j < len(c); j += cellSize {
-			c[j].Store(0)
+		sk := d.shards[i].c[s*d.sketch : (s+1)*d.sketch]
+		for j := range sk {
+			sk[j].Store(0)
 		}
 	}
 }
