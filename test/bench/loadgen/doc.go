@@ -34,18 +34,21 @@
 // A fixed -rate is split over the -c connections: connection j sends its
 // k-th request at the intended time start + j*T/c + k*T with T = c/rate,
 // one at a time. Latency is measured from the intended time, not the send:
-// if a connection is still waiting for an earlier reply (or the scheduler
-// woke it late), that delay counts, as it would for a user whose request
-// arrived then (the coordinated-omission correction of wrk2 / HdrHistogram).
-// "late" counts sends more than -late-slack (1 ms) after their intended time;
-// "missed" counts intended times still unsent when the run ended (not in the
-// histogram: a run with missed > 0 understates the tail). ops_per_sec is
+// if a connection is still waiting for an earlier reply (or woke late), that
+// delay counts, as it would for a user whose request arrived then (the
+// coordinated-omission correction of wrk2 / HdrHistogram). A connection
+// waits for its intended time on a timerfd read through the Go netpoller
+// (pace.go), which wakes it within tens of µs: time.Sleep wakes an idle Go
+// process up to 1 ms late (epoll_wait timeouts are whole milliseconds;
+// 880 µs median lateness measured here), and that lateness, counted as
+// latency, had direct Redis at p50 510 µs and proxies in front of it at
+// 150 µs (their extra work kept the generator's threads awake). "late"
+// counts sends more than -late-slack (1 ms) after their intended time;
+// "missed" counts intended times still unsent when the run ended (not in
+// the histogram: a run with missed > 0 understates the tail). ops_per_sec is
 // completed requests / -duration. service_p50_us and service_p99_us are the
 // same requests timed from the actual send; the gap to p50/p99 is the
-// queueing and timer delay. Go's timers wake sleeping goroutines with up to
-// about 1 ms of delay on an idle process (epoll timeouts are whole
-// milliseconds), so on loopback the open-loop p50 has a floor of some
-// hundreds of µs that belongs to the generator, not the server.
+// queueing and wake-up delay.
 //
 // # Output
 //
@@ -67,7 +70,8 @@
 // project's 2-core machine against redis-server 127.0.0.1:7801 (loopback):
 // closed loop, c=200, P=1: 6.6-7.1 CPU s per 1M requests (85-94% of one
 // core at 120-145k ops/s; two syscalls and a goroutine wake-up per request
-// dominate); c=50, P=16: 0.94 s per 1M; open loop at 20,000/s: 16-18 s per
-// 1M (timer wake-ups), 32-36% of one core. On two cores the generator
-// competes with what it measures: report its share with the figures.
+// dominate); c=50, P=16: 0.94 s per 1M; open loop at 20,000/s: 31-39 s per
+// 1M, 62-78% of one core (a timer wake-up per request, on top of the
+// reply's). On two cores the generator competes with what it measures:
+// report its share with the figures.
 package main

@@ -81,6 +81,7 @@ type worker struct {
 	cfg  *config
 	hist *hdrhistogram.Histogram // latency from intended start (closed: from send)
 	svc  *hdrhistogram.Histogram // open loop: latency from the actual send
+	pace *pacer                  // open loop: sleeps until intended times
 
 	ops, errs, late, missed int64
 	ioErr                   error
@@ -99,6 +100,13 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	var pace *pacer
+	if cfg.Scenario == scenarioOpen {
+		if pace, err = newPacer(); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
 	w := &worker{
 		conn: c,
@@ -112,6 +120,7 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 		cfg:  cfg,
 		hist: hdrhistogram.New(1, int64(maxLatency), 3),
 		svc:  hdrhistogram.New(1, int64(maxLatency), 3),
+		pace: pace,
 	}
 	return w, nil
 }
@@ -204,7 +213,10 @@ func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
 			return
 		}
 		if d := intended.Sub(now); d > 0 {
-			time.Sleep(d)
+			if err := w.pace.sleepUntil(intended); err != nil {
+				w.ioErr = err
+				return
+			}
 		} else if -d > w.cfg.LateSlack {
 			w.late++
 		}
@@ -234,6 +246,9 @@ func run(cfg config) (result, error) {
 	defer func() {
 		for _, w := range workers {
 			_ = w.conn.Close()
+			if w.pace != nil {
+				_ = w.pace.Close()
+			}
 		}
 	}()
 	for i := range cfg.Conns {
