@@ -94,7 +94,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
 		// Redis cannot use the second core; Cicada with two loops can.
-		Targets: []string{targetRedis, targetCicada, targetCicada2, targetTwem},
+		Targets: []string{targetRedis, targetCicada2, targetTwem},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: 1000,

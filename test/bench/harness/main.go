@@ -78,7 +78,7 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", "", "write every raw sample to this file as JSON")
 	flag.StringVar(&only, "only", "", "run only the scenarios whose name matches this regexp")
 	flag.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "load generator binary for scenarios 4 and 5 (test/bench/loadgen); empty leaves them out")
-	flag.DurationVar(&o.goDuration, "go-duration", 5*time.Second, "one run of scenarios 4 and 5")
+	flag.DurationVar(&o.goDuration, "go-duration", 4*time.Second, "one run of scenarios 4 and 5")
 	flag.Float64Var(&o.openRate, "open-rate", 20000, "scenario 5's fixed rate in ops/s")
 	flag.StringVar(&o.micro, "micro", ".", "module directory to run the Go micro-benchmarks in (go test -bench); empty skips them")
 	flag.IntVar(&o.microCount, "micro-count", 5, "runs of each micro-benchmark at each -cpu (200 ms each)")
@@ -407,6 +407,7 @@ func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample,
 	}
 	smp.benchResult = res
 	smp.Output = trimProgress(raw)
+	smp.LoadCPUus = res.LoadCPUSeconds * 1e6 / float64(res.Requests)
 	perReq := func(ticks int64) *float64 {
 		v := float64(ticks) / float64(tick) * 1e6 / float64(res.Requests)
 		return &v

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,9 @@ type sample struct {
 	// ProxyCPUus and RedisCPUus are the same per request, in µs; nil
 	// where the target has no such process.
 	ProxyCPUus, RedisCPUus *float64 `json:",omitempty"`
+	// LoadCPUus is the load generator's CPU time per request in µs
+	// (connection setup included).
+	LoadCPUus float64
 	// CacheHits is how many requests Cicada answered from its cache
 	// (cicada_cache_hits_total before and after); nil for other targets.
 	CacheHits *float64 `json:",omitempty"`
@@ -66,13 +70,15 @@ type summary struct {
 	n                   int
 	rps, p50, p99, p999 float64
 	proxyCPU, redisCPU  float64 // NaN where not applicable
+	loadCPU             float64 // the load generator's µs per request
 	hitRatio            float64 // NaN except for Cicada
 	rpsSpread           float64 // (max-min)/median of ops/s
 }
 
 func summarize(ss []sample) summary {
-	var rps, p50, p99, p999, pc, rc, hit []float64
+	var rps, p50, p99, p999, pc, rc, lc, hit []float64
 	for _, s := range ss {
+		lc = append(lc, s.LoadCPUus)
 		rps = append(rps, s.RPS)
 		p50 = append(p50, s.P50Ms)
 		p99 = append(p99, s.P99Ms)
@@ -88,7 +94,7 @@ func summarize(ss []sample) summary {
 		}
 	}
 	m := summary{n: len(ss), rps: median(rps), p50: median(p50), p99: median(p99), p999: median(p999),
-		proxyCPU: median(pc), redisCPU: median(rc), hitRatio: median(hit)}
+		proxyCPU: median(pc), redisCPU: median(rc), loadCPU: median(lc), hitRatio: median(hit)}
 	if len(rps) > 0 {
 		m.rpsSpread = (slices.Max(rps) - slices.Min(rps)) / m.rps
 	}
@@ -106,14 +112,20 @@ func (m summary) total() float64 {
 	return t
 }
 
+// busyCores is how many cores the run kept busy: the CPU time per request
+// of the servers and the load generator times the throughput. Near the
+// machine's core count, the figures are bounded by CPU, not by a server.
+func (m summary) busyCores() float64 { return (m.total() + m.loadCPU) * m.rps / 1e6 }
+
 // printTable prints the medians per scenario and target, with ratios
 // against direct Redis and, for Cicada, against twemproxy.
 func printTable(w io.Writer, r report) {
 	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; Cicada --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
 		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
 	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
+	fmt.Fprintln(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of this machine's", runtime.NumCPU())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
+	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
 	var order []string
 	groups := map[string]map[string][]sample{}
 	targets := map[string][]string{} // each scenario's targets, in run order
@@ -133,9 +145,9 @@ func printTable(w io.Writer, r report) {
 		base := summarize(g[targetRedis])
 		for _, t := range targets[name] {
 			m := summarize(g[t])
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n",
 				name, t, m.rps, 100*m.rpsSpread, m.p50, m.p99, m.p999,
-				num(m.proxyCPU, 2), num(m.redisCPU, 2),
+				num(m.proxyCPU, 2), num(m.redisCPU, 2), m.loadCPU, m.busyCores(),
 				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.total(), base.total()),
 				pct(m.hitRatio))
 		}

@@ -193,8 +193,8 @@ func (r redisBenchmark) Run(addr string) (benchResult, []byte, error) {
 	return runLoad(r.Args(addr), parseBenchOutput)
 }
 
-// runLoad runs argv (within runTimeout, killed with the harness) and
-// parses its standard output.
+// runLoad runs argv (within runTimeout, killed with the harness), parses
+// its standard output and adds the process's CPU time.
 func runLoad(argv []string, parse func([]byte) (benchResult, error)) (benchResult, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -210,6 +210,7 @@ func runLoad(argv []string, parse func([]byte) (benchResult, error)) (benchResul
 	if err != nil {
 		return res, out, fmt.Errorf("harness: %v: %w", argv, err)
 	}
+	res.LoadCPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	return res, out, nil
 }
 
