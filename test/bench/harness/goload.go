@@ -94,7 +94,9 @@ func goScenarios(c scenarioConfig) []scenario {
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
 		// Redis cannot use the second core; Cicada with two loops can.
-		Targets: []string{targetRedis, targetCicada2, targetTwem},
+		// The bare server, answering every request itself, is the most
+		// any proxy could reach with this load generator on this machine.
+		Targets: []string{targetRedis, targetCicada2, targetTwem, targetBare},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: 1000,
