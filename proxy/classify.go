@@ -360,7 +360,11 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	if isField {
 		dh = hotcache.FieldHash(h, field)
 	}
-	srv.det.Observe(s.loop.idx, dh)
+	if s.pauseCounted {
+		s.pauseCounted = false // counted when it paused; this is the same request parsed again
+	} else {
+		srv.det.Observe(s.loop.idx, dh)
+	}
 	// In Redis Cluster, only a key of a slot the node answers for
 	// (cluster.Topology); a cached key's slot comes with it.
 	clustered := srv.topo.Enabled()
@@ -371,6 +375,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 			s.checkFresh()
 			_, cslot, st := srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
 			if st == hotcache.Hit && (!clustered || srv.topo.Answerable(cslot, s.readonly)) {
+				s.pauseCounted = true
 				return decidePause, true
 			}
 		}

@@ -164,6 +164,7 @@ type session struct {
 	multiRules      bool // CONFIG SET or ACL changes queued in MULTI
 	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool // parsing waits until every reply is in
+	pauseCounted    bool // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
 	quit            bool // QUIT was sent: later bytes are dropped, as Redis does
 
 	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.

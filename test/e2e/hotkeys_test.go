@@ -480,6 +480,54 @@ func TestDebugHotkeys(t *testing.T) {
 	}
 }
 
+// TestDebugHotkeysPausedCountedOnce: a cached GET behind a forwarded
+// request waits for its reply and is then parsed again; the detector counts
+// it once (it counted it twice, so such keys became hot at half the
+// threshold and /debug/hotkeys showed twice their rate).
+func TestDebugHotkeysPausedCountedOnce(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	admin := httptest.NewServer(p.Server.AdminHandler())
+	defer admin.Close()
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "paused:k", "v")
+	warmKey(t, p, rc, "GET", "paused:k")
+	rate := func() uint32 {
+		resp, err := http.Get(admin.URL + "/debug/hotkeys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var hk struct {
+			Keys []struct {
+				Key       string `json:"key"`
+				OpsPerSec uint32 `json:"ops_per_sec"`
+			} `json:"keys"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&hk); err != nil || len(hk.Keys) != 1 || hk.Keys[0].Key != "paused:k" {
+			t.Fatalf("/debug/hotkeys: %+v, %v", hk, err)
+		}
+		return hk.Keys[0].OpsPerSec
+	}
+	before, hitsBefore := rate(), hits(p)
+	ctx := context.Background()
+	pipe := rc.Pipeline()
+	const n = 200
+	for range n {
+		pipe.Ping(ctx) // forwarded: the GET behind it pauses until its reply is in
+		pipe.Get(ctx, "paused:k")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := hits(p) - hitsBefore; h < n/2 {
+		t.Fatalf("%d of %d GETs answered from the cache: the test did not test paused hits", h, n)
+	}
+	// Counts of the warm-up may leave the window meanwhile; none are added.
+	if got := rate() - before; got > n || got < n/2 {
+		t.Errorf("ops_per_sec grew by %d for %d GETs, want at most %d", got, n, n)
+	}
+}
+
 // TestHotkeysSubscribedRESP2: on a RESP2 subscribed connection, pub/sub
 // messages that arrive ahead of a command's reply are not counted as the
 // key's bytes: each GET counts its request and its own (error) reply only.
