@@ -28,31 +28,32 @@
 // without hashing again. A key's count is the smaller of its two counters.
 //
 // Memory is bounded whatever the number of distinct keys: one sketch per
-// (event loop, sub-window), allocated once by [New], plus one "history"
-// sketch. An access writes only its loop's current sub-window sketch
-// (2 × W × 4 bytes, 64 KiB at the default width), and the history sketch
-// holds, per counter, the sum over loops of the window's other sub-windows
-// (recomputed by [Detector.Advance]), so Observe and Estimate together touch
-// two 64-KiB arrays that stay in a core's cache, whatever the key. (Until
-// issue 7 the 11 sub-window counters of a column shared one cache line: 1
-// MiB per loop that random keys missed in cache on every access, 12% of the
-// CPU of forwarding pipelined GETs of 100,000 keys.) Memory is Loops × 11 ×
-// 2 × W × 4 bytes (704 KiB per loop at the default width) plus 3 × 2 × W × 4
-// bytes for the history sketch and Advance's scratch.
+// (event loop, sub-window), allocated once by [New], and a "history" sketch.
+// An access writes only its loop's current sub-window sketch (2 × W × 4
+// bytes, 64 KiB at the default width); the history sketch holds, per
+// counter, the sum over loops of the window's other sub-windows (rewritten
+// by [Detector.Advance] from per-sub-window sums it takes when a sub-window
+// ends), so Observe and Estimate together touch two 64-KiB arrays that stay
+// in a core's cache, whatever the key. (Until issue 7 the 11 sub-window
+// counters of a column shared one cache line: 1 MiB per loop that random
+// keys missed in cache on every access, 13% of the CPU of forwarding
+// pipelined GETs of 100,000 keys.) Memory is (Loops × 88 + 96) × W bytes:
+// 704 KiB per loop and 768 KiB for the history and the sums at the default
+// width.
 //
-// Error bound, in words: a sketch never underestimates. Other keys that land
-// in the same counters can only add to a key's count. Let N be the number of
-// accesses, all keys and all loops together, that the estimate counts (about
-// one second of traffic). With probability at least 1 - e^-2 (about 86%) the
-// overestimate of a given key is at most e/W × N, where e ≈ 2.718. At the
-// default width that is N/3013: with 1 million accesses per second in the
-// proxy, a cold key looks at most about 332 ops/s hotter than it is, in at
-// least 86% of cases. Larger widths shrink the error in proportion. The
-// bound holds for the whole window because every loop and sub-window uses
-// the same two columns for a key: Estimate is the smaller of the two rows'
-// sums over all of them, one Count-Min Sketch of the window's traffic
-// (TestBoundedError: 100,000 distinct keys give unseen keys estimates of
-// about 10, bound 33).
+// Error bound, in words: a sketch never underestimates what it holds. Other
+// keys that land in the same counters can only add to a key's count. Let N
+// be the number of accesses, all keys and all loops together, that the
+// estimate counts (about one second of traffic). With probability at least
+// 1 - e^-2 (about 86%) the overestimate of a given key is at most e/W × N,
+// where e ≈ 2.718. At the default width that is N/3013: with 1 million
+// accesses per second in the proxy, a cold key looks at most about 332 ops/s
+// hotter than it is, in at least 86% of cases. Larger widths shrink the
+// error in proportion. The bound holds for the whole window because every
+// loop and sub-window uses the same two columns for a key: Estimate is the
+// smaller of the two rows' sums over all of them, one Count-Min Sketch of
+// the window's traffic (TestBoundedError: 100,000 distinct keys give unseen
+// keys estimates of about 10, bound 33).
 //
 // # Sliding window
 //
@@ -66,9 +67,15 @@
 //	history  = Σ loops [ prev1..prev9 + oldest × (1 - elapsed/100ms) ]   (Advance)
 //
 // where elapsed is the time between the start of the current sub-window and
-// the time given to the last [Detector.Advance]. For traffic at a steady rate
-// the sum equals one second of traffic at any offset. Estimate never reads
-// the wall clock, so tests drive time with an injected clock.
+// the time given to the last [Detector.Advance]. The window is one second
+// only approximately: the current sub-window keeps counting between calls
+// (so with Advance every 100 ms an estimate covers 1 to 1.1 s), and the
+// oldest is weighted as if its traffic were spread evenly over it (a burst
+// at its end is partly left out, one at its start partly kept). For a
+// steady rate, with Advance called at sub-window boundaries (the proxy's
+// ticker), the estimate is the rate over 1.0 to 1.1 s: a key becomes hot
+// at 91% to 100% of the threshold. Estimate never reads the wall clock, so
+// tests drive time with an injected clock.
 //
 // # Concurrency
 //
@@ -80,16 +87,14 @@
 //     that no other goroutine writes at that time. Each loop's counters are a
 //     separate allocation padded by a cache line at both ends, so loops never
 //     share a cache line.
-//   - [Detector.Advance] is called by one ticker goroutine. It recomputes
-//     the history sketch (atomic stores) from the ring; when a sub-window
-//     boundary has passed it does so for the new position, then zeroes the
-//     slot(s) that become current for every loop, idle loops included, and
-//     only then publishes the new index. Owners never clear counters
-//     themselves. Between the history's store and the index's, Estimate may
-//     count the finishing sub-window twice (an overestimate for
-//     microseconds); an Observe that loaded the index just before it moved
-//     adds to a finished sub-window, which the history includes from the
-//     next Advance (100 ms later) on.
+//   - [Detector.Advance] is called by one ticker goroutine. When a
+//     sub-window boundary has passed, it zeroes (atomic stores) the slot(s)
+//     that become current for every loop, idle loops included, and only then
+//     publishes the new index; then it sums the slot that ended over the
+//     loops (owners have moved on) and rewrites the history sketch (atomic
+//     stores). Owners never clear counters themselves. Until the history is
+//     rewritten (about 100 µs plus 20 µs per loop), an estimate leaves out
+//     the sub-window that just ended.
 //   - [Detector.Estimate], [Detector.IsHot], [Detector.IsCold],
 //     [Detector.Threshold] and [Detector.SetThreshold] are lock-free (atomic
 //     loads and stores only) and safe from any goroutine.
@@ -164,7 +169,7 @@ type Config struct {
 	Loops int
 	// Width is the number of counters per sketch row; a power of two in
 	// [1, MaxWidth]. 0 means DefaultWidth (8192). Memory is
-	// (Loops × 88 + 24) × Width bytes.
+	// (Loops × 88 + 96) × Width bytes.
 	Width int
 }
 
@@ -191,10 +196,12 @@ type Detector struct {
 
 	// mu serializes Advance and guards the following.
 	mu      sync.Mutex
-	sub     int64    // number of the current sub-window since epoch
-	elapsed int64    // ns from epoch to the latest Advance time
-	full    []uint64 // Advance's scratch: full sub-windows' sums per counter
-	oldest  []uint64 // Advance's scratch: the oldest sub-window's sums
+	sub     int64 // number of the current sub-window since epoch
+	elapsed int64 // ns from epoch to the latest Advance time
+	// snaps[s] is ring slot s's counters summed over loops (saturated at
+	// math.MaxUint32), taken when its sub-window ended; zero for the
+	// current slot and for slots cleared since.
+	snaps [ringSlots][]uint32
 }
 
 // shard holds one loop's ring of sketches, one after the other: the counter
@@ -228,8 +235,9 @@ func New(cfg Config, now time.Time) (*Detector, error) {
 		sketch: depth * w,
 		mask:   uint64(w - 1),
 		shards: make([]shard, cfg.Loops),
-		full:   make([]uint64, depth*w),
-		oldest: make([]uint64, depth*w),
+	}
+	for i := range d.snaps {
+		d.snaps[i] = make([]uint32, depth*w)
 	}
 	hist := make([]atomic.Uint32, padCounters+d.sketch+padCounters)
 	d.history = hist[padCounters : padCounters+d.sketch : padCounters+d.sketch]
@@ -274,9 +282,10 @@ func (d *Detector) Observe(loop int, h uint64) {
 }
 
 // Estimate returns the number of accesses to the key with hash h over the
-// last Window (1 s) as of the latest Advance, summed over all loops: about
-// the key's rate in ops/s. It never underestimates counted accesses; see the
-// package doc for the overestimate bound. It saturates at math.MaxUint32.
+// last Window (1 s, approximately: see the package doc's sliding window) as
+// of the latest Advance, summed over all loops: about the key's rate in
+// ops/s. Other keys' accesses can only add to it; see the package doc for
+// the overestimate bound. It saturates at math.MaxUint32.
 // Safe for concurrent use from any goroutine; atomic loads only, no
 // allocation, no clock read.
 func (d *Detector) Estimate(h uint64) uint32 {
@@ -310,22 +319,26 @@ func (d *Detector) IsCold(h uint64) bool {
 // Advance moves the window to now, a reading of the injected clock (use
 // time.Now in production, with its monotonic reading). Call it from one
 // ticker goroutine at least every 100 ms; estimates of the past sub-windows
-// are frozen between calls. It recomputes the history sketch for the new
-// position; for each sub-window boundary passed since the last call (at most
-// 11 matter, so a long pause clears everything) it then zeroes the ring slot
-// that becomes current in every loop, idle loops included, and publishes the
-// new slot and the time within it, which weights the oldest sub-window. A
-// now earlier than the latest Advance (or than New's now) is ignored.
-// Concurrent calls are serialized by a mutex; never called on the hot path.
+// are frozen between calls. When sub-window boundaries have passed since the
+// last call (at most 11 matter, so a long pause clears everything), it
+// zeroes the ring slot(s) that become current in every loop, idle loops
+// included, publishes the new slot, then sums the slot that ended over the
+// loops. Every call then rewrites the history sketch from those sums, the
+// oldest weighted by the time into the current sub-window. A now earlier
+// than the latest Advance (or than New's now) is ignored. Concurrent calls
+// are serialized by a mutex; never called on the hot path.
 //
-// Cost: reading Loops × 10 sketches and writing the history, plus zeroing
-// one sketch per loop at a boundary: 245 µs for one loop, 1.4 ms for 8 at
-// the default width (BenchmarkAdvance), so 0.25% of a core per loop at 10
-// calls a second, on the ticker's goroutine.
+// Cost (BenchmarkAdvance, default width): 255 µs for one loop, 970 µs for
+// 8, about 150 µs for the history whatever the number of loops plus 100 µs
+// per loop at a boundary (one sketch zeroed with atomic stores, one summed):
+// 0.25% of a core for one loop at 10 calls a second. Between the slot's
+// publication and the history's, an estimate leaves out the sub-window that
+// just ended (and still counts the one leaving the window).
 //
-// An Observe that loaded the slot index more than 10 sub-windows before its
-// Add (a loop descheduled for over 1 s mid-call) may add 1 to a slot that was
-// already cleared; the count then lands in a later sub-window.
+// An Observe that loaded the slot index before it moved and adds after the
+// slot was summed is not counted (a race of nanoseconds), nor is one that
+// loaded it more than 10 sub-windows before its Add (a loop descheduled for
+// over 1 s mid-call), whose count lands in a later sub-window.
 func (d *Detector) Advance(now time.Time) {
 	e := int64(now.Sub(d.epoch))
 	d.mu.Lock()
@@ -337,70 +350,63 @@ func (d *Detector) Advance(now time.Time) {
 	sub := e / int64(subWindow)
 	into := uint64(e - sub*int64(subWindow))
 	cur := int(sub % ringSlots)
-	// The slots that become current on the way to sub: cleared, so they
-	// count for nothing in the new history.
-	passed := min(sub-d.sub, ringSlots)
-	cleared := func(s int) bool {
-		k := (s - int(d.sub%ringSlots) + ringSlots) % ringSlots // boundaries from the old slot to s
-		return k >= 1 && int64(k) <= passed || passed == ringSlots
-	}
-	d.recompute(cur, into, cleared)
+	passed := sub - d.sub
 	if passed > 0 {
-		old := int(d.sub % ringSlots)
-		for k := 1; k <= int(passed); k++ {
-			d.clearSlot((old + k) % ringSlots)
+		ended := int(d.sub % ringSlots)
+		for k := int64(1); k <= min(passed, ringSlots); k++ {
+			s := (ended + int(k)) % ringSlots
+			d.clearSlot(s)
+			clear(d.snaps[s])
 		}
 		d.sub = sub
+		d.pos.Store(into<<slotBits | uint64(cur))
+		if passed < ringSlots {
+			d.sumSlot(ended) // after the move: owners count elsewhere now
+		}
+	} else {
+		d.pos.Store(into<<slotBits | uint64(cur))
 	}
-	d.pos.Store(into<<slotBits | uint64(cur))
+	d.publishHistory(cur, into)
 }
 
-// recompute stores in the history sketch, for current slot cur and into ns
-// into it, the sum over loops of every slot but cur: the oldest one
-// (cur+1) weighted by (1 - into/subWindow), the others in full, slots for
-// which skip is true left out. Called by Advance with d.mu held.
-func (d *Detector) recompute(cur int, into uint64, skip func(int) bool) {
-	clear(d.full)
-	clear(d.oldest)
-	oldSlot := (cur + 1) % ringSlots
+// sumSlot takes ring slot s's sums over loops into d.snaps[s]. Called by
+// Advance with d.mu held.
+func (d *Detector) sumSlot(s int) {
+	dst := d.snaps[s]
+	clear(dst)
 	for i := range d.shards {
-		c := d.shards[i].c
-		for s := range ringSlots {
-			if s == cur || skip(s) {
-				continue
-			}
-			dst := d.full
-			if s == oldSlot {
-				dst = d.oldest
-			}
-			sk := c[s*d.sketch : (s+1)*d.sketch : (s+1)*d.sketch]
-			for j := range dst {
-				dst[j] += uint64(sk[j].Load())
-			}
+		sk := d.shards[i].c[s*d.sketch : (s+1)*d.sketch : (s+1)*d.sketch]
+		for j := range dst {
+			dst[j] = uint32(min(uint64(dst[j])+uint64(sk[j].Load()), math.MaxUint32))
 		}
 	}
+}
+
+// publishHistory stores in the history sketch, for current slot cur and
+// into ns into it, the sums of the 9 slots before cur in full and of the
+// oldest (cur+1) weighted by (1 - into/subWindow). Called by Advance with
+// d.mu held.
+func (d *Detector) publishHistory(cur int, into uint64) {
 	into = min(into, uint64(subWindow))
 	keep := uint64(subWindow) - into
-	for j, f := range d.full {
-		if o := d.oldest[j]; o != 0 {
-			// o × keep / subWindow; in 128 bits past 2^36 (o × 1e8 < 2^64
-			// below), which many busy loops can reach. The quotient is
-			// <= o, so Div64 cannot overflow.
-			if o < 1<<36 {
-				f += o * keep / uint64(subWindow)
-			} else {
-				hi, lo := bits.Mul64(o, keep)
-				part, _ := bits.Div64(hi, lo, uint64(subWindow))
-				f += part
+	oldest := d.snaps[(cur+1)%ringSlots]
+	for j := range d.history {
+		var f uint64
+		for s := range ringSlots {
+			if s != cur {
+				f += uint64(d.snaps[s][j])
 			}
 		}
+		// The oldest was added in full: take back the part that left
+		// the window. o × into / subWindow < 2^32 × 2^27, no overflow.
+		o := uint64(oldest[j])
+		f -= o - o*keep/uint64(subWindow)
 		d.history[j].Store(uint32(min(f, math.MaxUint32)))
 	}
 }
 
 // clearSlot zeroes ring slot s of every loop. Called by Advance with d.mu
-// held, after the history no longer counts s and before s is published as
-// current.
+// held, before s is published as current.
 func (d *Detector) clearSlot(s int) {
 	for i := range d.shards {
 		sk := d.shards[i].c[s*d.sketch : (s+1)*d.sketch]

@@ -49,7 +49,7 @@ func BenchmarkObserveParallel(b *testing.B) {
 }
 
 // BenchmarkEstimate measures a lookup, whose cost grows with the number of
-// loops (11 sub-windows × 2 rows × Loops counter loads).
+// loops (2 history loads plus 2 per loop).
 func BenchmarkEstimate(b *testing.B) {
 	for _, loops := range []int{1, 4, 16} {
 		b.Run("loops="+strconv.Itoa(loops), func(b *testing.B) {

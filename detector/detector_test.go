@@ -568,3 +568,34 @@ func TestConcurrent(t *testing.T) {
 }
 
 func abs(x int) int { return max(x, -x) }
+
+// TestNoCountLostAcrossAdvance: accesses counted while Advance crosses a
+// sub-window boundary all reach the estimate (at most the one Observe in
+// flight when the slot is summed can miss it). The ended sub-window is
+// summed after the new slot is published, when its owner counts elsewhere.
+func TestNoCountLostAcrossAdvance(t *testing.T) {
+	d := mustNew(t, Config{Threshold: 1, Loops: 8})
+	h := hashOf("racing")
+	var stop atomic.Bool
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			d.Observe(3, h)
+			n.Add(1)
+		}
+	}()
+	for n.Load() < 1000 {
+		runtime.Gosched()
+	}
+	for i := range 5 { // boundaries at 100, 200, ... 500 ms, under way
+		d.Advance(t0.Add(time.Duration(i)*100*time.Millisecond + 50*time.Millisecond))
+		time.Sleep(2 * time.Millisecond)
+	}
+	stop.Store(true)
+	<-done
+	if got, want := int64(d.Estimate(h)), n.Load(); got < want-1 || got > want {
+		t.Fatalf("estimate %d after %d accesses, want %d or %d", got, want, want-1, want)
+	}
+}
