@@ -34,24 +34,33 @@ func newPacer() (*pacer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: timerfd_create: %w", err)
 	}
+	// time.Now first: mono may be read later than base's instant (by tens
+	// of ns, or more if the goroutine is descheduled), which only delays
+	// wake-ups.
+	base := time.Now()
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("loadgen: clock_gettime: %w", err)
 	}
-	// The two clock readings are tens of ns apart.
-	return &pacer{f: os.NewFile(uintptr(fd), "timerfd"), fd: fd, base: time.Now(), mono: ts.Nano()}, nil
+	return &pacer{f: os.NewFile(uintptr(fd), "timerfd"), fd: fd, base: base, mono: ts.Nano()}, nil
 }
 
-// sleepUntil returns at t or just after (t already past: at once).
+// sleepUntil returns at t or just after, never before (t already past: at
+// once).
 func (p *pacer) sleepUntil(t time.Time) error {
-	at := p.mono + int64(t.Sub(p.base))
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at)}
-	if err := unix.TimerfdSettime(p.fd, unix.TFD_TIMER_ABSTIME, &spec, nil); err != nil {
-		return fmt.Errorf("loadgen: timerfd_settime: %w", err)
+	for time.Now().Before(t) {
+		// t is in the future, so at > 0 (0 would disarm the timer).
+		at := p.mono + int64(t.Sub(p.base))
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at)}
+		if err := unix.TimerfdSettime(p.fd, unix.TFD_TIMER_ABSTIME, &spec, nil); err != nil {
+			return fmt.Errorf("loadgen: timerfd_settime: %w", err)
+		}
+		if _, err := p.f.Read(p.buf[:]); err != nil { // parks in the netpoller until the expiry
+			return err
+		}
 	}
-	_, err := p.f.Read(p.buf[:]) // parks in the netpoller until the expiry
-	return err
+	return nil
 }
 
 func (p *pacer) Close() error { return p.f.Close() }
