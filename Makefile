@@ -15,7 +15,7 @@ help:
 	@echo "make test    go vet and go test -race (installs redis-server if missing)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
-	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 7 min here; BENCH_ARGS='-rounds 7')"
+	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 8 min here; BENCH_ARGS='-rounds 7 -only hot.GET')"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
@@ -79,7 +79,8 @@ bench-deps:
 
 # The benchmark harness of test/bench (issue 7): the table goes to stdout,
 # progress to stderr, every raw sample to bin/bench.json. BENCH_ARGS passes
-# harness flags (-rounds, -n-p1, -n-p16, -loops, -only REGEXP; -h lists them).
+# harness flags, split on spaces (-rounds, -n-p1, -n-p16, -loops, -only REGEXP,
+# -micro= to skip the Go micro-benchmarks; -h lists them).
 bench: bench-deps build
 	go build -o bin/bareserver ./test/bench/bareserver
 	go build -o bin/loadgen ./test/bench/loadgen

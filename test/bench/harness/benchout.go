@@ -22,6 +22,9 @@ type benchResult struct {
 	P99Ms    float64 // 99th percentile in ms, from the latency summary
 	P999Ms   float64 // 99.9th percentile in ms; see parseBenchOutput
 	MaxMs    float64 // slowest request in ms, from the latency summary
+	// Missed is how many requests an open-loop run never sent (the
+	// target fell behind the rate; not in the latency histogram).
+	Missed int64 `json:",omitempty"`
 	// LoadCPUSeconds is the user+system CPU time of the load generator's
 	// process over its whole run (its rusage; set by runLoad, not parsed).
 	LoadCPUSeconds float64

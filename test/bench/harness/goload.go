@@ -51,22 +51,21 @@ type loadgenRun struct {
 }
 
 // parseLoadgenJSON reads one run of the load generator. A run with error
-// replies or requests it never sent (an open loop the target could not
-// keep up with: their latency is not in the histogram) is an error.
+// replies or none completed is an error; requests it never sent (an open
+// loop the target, or a busy machine, could not keep up with) are counted
+// in Missed, and the table says so.
 func parseLoadgenJSON(out []byte) (benchResult, error) {
 	var r loadgenRun
 	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
 		return benchResult{}, fmt.Errorf("loadgen output: %w", err)
 	}
 	res := benchResult{Requests: r.Ops, RPS: r.OpsPerSec, P50Ms: r.P50us / 1000, P99Ms: r.P99us / 1000,
-		P999Ms: r.P999us / 1000, MaxMs: r.MaxUs / 1000}
+		P999Ms: r.P999us / 1000, MaxMs: r.MaxUs / 1000, Missed: r.Missed}
 	switch {
 	case r.Ops == 0:
 		return res, fmt.Errorf("loadgen: no request completed")
 	case r.Errors > 0:
 		return res, fmt.Errorf("loadgen: %d error replies", r.Errors)
-	case r.Missed > 0:
-		return res, fmt.Errorf("loadgen: %d requests never sent (the target fell behind the rate)", r.Missed)
 	}
 	return res, nil
 }

@@ -26,6 +26,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -83,6 +84,10 @@ func main() {
 	flag.StringVar(&o.micro, "micro", ".", "module directory to run the Go micro-benchmarks in (go test -bench); empty skips them")
 	flag.IntVar(&o.microCount, "micro-count", 5, "runs of each micro-benchmark at each -cpu (200 ms each)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// make passes BENCH_ARGS split on spaces, quotes and all.
+		fatal(fmt.Errorf("harness: unexpected argument %q (BENCH_ARGS is split on spaces: write -only hot.GET, not -only \"hot GET\")", flag.Arg(0)))
+	}
 	var err error
 	if o.only, err = regexp.Compile(only); err != nil {
 		fatal(err)
@@ -107,6 +112,10 @@ func main() {
 	err = run(o)
 	stopAll()
 	if err != nil {
+		if logs, _ := os.ReadDir(o.workdir); len(logs) == 0 {
+			_ = os.Remove(o.workdir)
+			fatal(err)
+		}
 		fatal(fmt.Errorf("%w (logs in %s)", err, o.workdir))
 	}
 	_ = os.RemoveAll(o.workdir)
@@ -165,17 +174,56 @@ type cicadaProc struct {
 
 func run(o options) error {
 	tick := clockTicks()
-	s := &servers{o: o, bare: map[string]*proc{}, cicada: map[string]*cicadaProc{}}
-	if err := s.startFixed(); err != nil {
-		return err
-	}
-	rep := report{ClockTicksPerSecond: tick, Rounds: o.rounds, Loops: o.loops, Clients: o.clients, Started: time.Now()}
 	cfg := scenarioConfig{NP1: o.np1, NP16: o.np16, Clients: o.clients, Bench: o.bench,
 		Loadgen: o.loadgen, GoDuration: o.goDuration, OpenRate: o.openRate}
+	var chosen []scenario
 	for _, sc := range scenarios(cfg) {
-		if !o.only.MatchString(sc.Name) {
-			continue
+		if o.only.MatchString(sc.Name) {
+			chosen = append(chosen, sc)
 		}
+	}
+	if len(chosen) == 0 && o.only.String() != "^$" {
+		return fmt.Errorf("harness: no scenario matches -only %q", o.only)
+	}
+	s := &servers{o: o, bare: map[string]*proc{}, cicada: map[string]*cicadaProc{}}
+	if len(chosen) > 0 {
+		if err := s.startFixed(); err != nil {
+			return err
+		}
+	}
+	rep := report{ClockTicksPerSecond: tick, Rounds: o.rounds, Loops: o.loops, Clients: o.clients, Started: time.Now()}
+	err := s.runScenarios(chosen, &rep, tick)
+	if err == nil && o.micro != "" {
+		fmt.Fprintln(os.Stderr, "Go micro-benchmarks: go test -bench ... -benchmem -cpu 1,2")
+		var raw bytes.Buffer
+		rep.Micro, err = runMicro(o.micro, o.microCount, 200*time.Millisecond, &raw)
+		rep.MicroOutput = raw.String()
+	}
+	// What was measured is printed and kept even when a later step failed.
+	rep.Finished = time.Now()
+	if len(rep.Samples) > 0 {
+		printTable(os.Stdout, rep)
+	}
+	if len(rep.Micro) > 0 {
+		printMicro(os.Stdout, rep.Micro)
+	}
+	if o.jsonPath != "" && (len(rep.Samples) > 0 || len(rep.Micro) > 0) {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(o.jsonPath, b, 0o644)
+		}
+		if jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		fmt.Fprintln(os.Stderr, "raw samples in", o.jsonPath)
+	}
+	return err
+}
+
+// runScenarios runs the chosen scenarios' rounds, appending each sample to
+// rep as it is measured.
+func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error {
+	for _, sc := range chosen {
 		targets := sc.targets()
 		for _, t := range targets {
 			if err := s.ensure(t, sc.HotThreshold); err != nil {
@@ -191,41 +239,17 @@ func run(o options) error {
 				return fmt.Errorf("harness: %s: warm-up on %s: %w", sc.Name, t, err)
 			}
 		}
-		for r := 0; r < o.rounds; r++ {
+		for r := 0; r < s.o.rounds; r++ {
 			for _, t := range targets {
 				smp, err := s.measure(sc, t, r, tick)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "  round %d %-9s %10.0f ops/s  p50 %.3f  p99 %.3f  p99.9 %.3f ms\n",
+				fmt.Fprintf(os.Stderr, "  round %d %-13s %10.0f ops/s  p50 %.3f  p99 %.3f  p99.9 %.3f ms\n",
 					r+1, t, smp.RPS, smp.P50Ms, smp.P99Ms, smp.P999Ms)
 				rep.Samples = append(rep.Samples, smp)
 			}
 		}
-	}
-	if o.micro != "" {
-		fmt.Fprintln(os.Stderr, "Go micro-benchmarks: go test -bench ... -benchmem -cpu 1,2")
-		var raw bytes.Buffer
-		micro, err := runMicro(o.micro, o.microCount, 200*time.Millisecond, &raw)
-		if err != nil {
-			return err
-		}
-		rep.Micro, rep.MicroOutput = micro, raw.String()
-	}
-	rep.Finished = time.Now()
-	printTable(os.Stdout, rep)
-	if len(rep.Micro) > 0 {
-		printMicro(os.Stdout, rep.Micro)
-	}
-	if o.jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonPath, b, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintln(os.Stderr, "raw samples in", o.jsonPath)
 	}
 	return nil
 }

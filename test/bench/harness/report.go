@@ -123,7 +123,7 @@ func printTable(w io.Writer, r report) {
 	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; Cicada --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
 		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
 	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
-	fmt.Fprintln(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of this machine's", runtime.NumCPU())
+	fmt.Fprintf(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of %d cores; hits: requests (SETs too) answered from Cicada's cache.\n", runtime.NumCPU())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
 	var order []string
@@ -151,10 +151,14 @@ func printTable(w io.Writer, r report) {
 				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.total(), base.total()),
 				pct(m.hitRatio))
 		}
-		c, tw2 := summarize(g[targetCicada]), summarize(g[targetTwem])
+		ct := targetCicada
+		if len(g[ct]) == 0 {
+			ct = targetCicada2
+		}
+		c, tw2 := summarize(g[ct]), summarize(g[targetTwem])
 		if c.n > 0 && tw2.n > 0 {
-			vsTwem = append(vsTwem, fmt.Sprintf("%-20s ops/s ×%s  p50 ×%s  p99 ×%s  p99.9 ×%s  CPU total ×%s  proxy CPU ×%s",
-				name, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
+			vsTwem = append(vsTwem, fmt.Sprintf("%-20s %-13s ops/s ×%s  p50 ×%s  p99 ×%s  p99.9 ×%s  CPU total ×%s  proxy CPU ×%s",
+				name, ct, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
 				ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
 		}
 		if off := summarize(g[targetCicadaOff]); c.n > 0 && off.n > 0 {
@@ -170,6 +174,16 @@ func printTable(w io.Writer, r report) {
 	if len(vsOff) > 0 {
 		fmt.Fprintln(w, "\nCicada ÷ Cicada with the cache off (cicada-off: no detection, no lookup; the detector's cost):")
 		fmt.Fprintln(w, strings.Join(vsOff, "\n"))
+	}
+	var missed, missedRuns int64
+	for _, s := range r.Samples {
+		if s.Missed > 0 {
+			missed += s.Missed
+			missedRuns++
+		}
+	}
+	if missed > 0 {
+		fmt.Fprintf(w, "\nRequests never sent: %d, in %d open-loop runs (the target or the machine fell behind the rate; their latency is not in the histograms).\n", missed, missedRuns)
 	}
 	fmt.Fprintf(w, "\n%d runs in %s.\n", len(r.Samples), r.Finished.Sub(r.Started).Round(time.Second))
 }

@@ -72,3 +72,23 @@ func TestTrimProgress(t *testing.T) {
 		t.Errorf("trimProgress: got %q..., want it to start with the test's title and hold no \\r", got[:min(len(got), 60)])
 	}
 }
+
+// TestPrintTableNotes: the table compares twemproxy with the two-loop
+// Cicada where a scenario has no one-loop Cicada, and counts requests an
+// open loop never sent.
+func TestPrintTableNotes(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	r := report{Rounds: 1, Clients: 50, ClockTicksPerSecond: 100, Samples: []sample{
+		{Scenario: "4 skew", Target: targetRedis, benchResult: benchResult{Requests: 100, RPS: 100}, RedisCPUus: f(7)},
+		{Scenario: "4 skew", Target: targetCicada2, benchResult: benchResult{Requests: 100, RPS: 50}, ProxyCPUus: f(14), RedisCPUus: f(8)},
+		{Scenario: "4 skew", Target: targetTwem, benchResult: benchResult{Requests: 100, RPS: 100}, ProxyCPUus: f(7), RedisCPUus: f(2)},
+		{Scenario: "5 open", Target: targetCicada, benchResult: benchResult{Requests: 100, RPS: 100, Missed: 3}},
+	}}
+	var b strings.Builder
+	printTable(&b, r)
+	for _, want := range []string{"4 skew               cicada-2loops ops/s ×0.50", "Requests never sent: 3, in 1 open-loop runs"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}
