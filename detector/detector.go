@@ -350,21 +350,16 @@ func (d *Detector) Advance(now time.Time) {
 	sub := e / int64(subWindow)
 	into := uint64(e - sub*int64(subWindow))
 	cur := int(sub % ringSlots)
-	passed := sub - d.sub
-	if passed > 0 {
-		ended := int(d.sub % ringSlots)
-		for k := int64(1); k <= min(passed, ringSlots); k++ {
-			s := (ended + int(k)) % ringSlots
-			d.clearSlot(s)
-			clear(d.snaps[s])
-		}
-		d.sub = sub
-		d.pos.Store(into<<slotBits | uint64(cur))
-		if passed < ringSlots {
-			d.sumSlot(ended) // after the move: owners count elsewhere now
-		}
-	} else {
-		d.pos.Store(into<<slotBits | uint64(cur))
+	passed, ended := sub-d.sub, int(d.sub%ringSlots)
+	for k := int64(1); k <= min(passed, ringSlots); k++ {
+		s := (ended + int(k)) % ringSlots
+		d.clearSlot(s)
+		clear(d.snaps[s])
+	}
+	d.sub = sub
+	d.pos.Store(into<<slotBits | uint64(cur))
+	if passed > 0 && passed < ringSlots {
+		d.sumSlot(ended) // after the move: owners count elsewhere now
 	}
 	d.publishHistory(cur, into)
 }
