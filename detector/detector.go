@@ -68,13 +68,14 @@
 //
 // where elapsed is the time between the start of the current sub-window and
 // the time given to the last [Detector.Advance]. The window is one second
-// only approximately: the current sub-window keeps counting between calls
-// (so with Advance every 100 ms an estimate covers 1 to 1.1 s), and the
-// oldest is weighted as if its traffic were spread evenly over it (a burst
-// at its end is partly left out, one at its start partly kept). For a
-// steady rate, with Advance called at sub-window boundaries (the proxy's
-// ticker), the estimate is the rate over 1.0 to 1.1 s: a key becomes hot
-// at 91% to 100% of the threshold. Estimate never reads the wall clock, so
+// only approximately: the current sub-window keeps counting until the
+// Advance after its end, and the oldest is weighted as if its traffic were
+// spread evenly over it (a burst at its end is partly left out, one at its
+// start partly kept). For a steady rate, with Advance every 100 ms coming
+// lag after each sub-window boundary, an estimate covers 1.0 - lag to
+// 1.1 - lag seconds of traffic: in the proxy, whose ticker starts just
+// after New, lag is a few ms, so a key becomes hot at about 91% to 100% of
+// the threshold. Estimate never reads the wall clock, so
 // tests drive time with an injected clock.
 //
 // # Concurrency
@@ -286,19 +287,27 @@ func (d *Detector) Observe(loop int, h uint64) {
 // of the latest Advance, summed over all loops: about the key's rate in
 // ops/s. Other keys' accesses can only add to it; see the package doc for
 // the overestimate bound. It saturates at math.MaxUint32.
-// Safe for concurrent use from any goroutine; atomic loads only, no
-// allocation, no clock read.
+// Safe for concurrent use from any goroutine; atomic loads only (read
+// again if an Advance moved the window meanwhile, which would otherwise
+// count the sub-window that ended twice), no allocation, no clock read.
 func (d *Detector) Estimate(h uint64) uint32 {
-	base := int(d.pos.Load()&slotMask) * d.sketch
 	i0 := int(h & d.mask)
 	i1 := d.width + int((h>>32)&d.mask)
-	r0, r1 := uint64(d.history[i0].Load()), uint64(d.history[i1].Load())
-	for i := range d.shards {
-		c := d.shards[i].c
-		r0 += uint64(c[base+i0].Load())
-		r1 += uint64(c[base+i1].Load())
+	for {
+		p := d.pos.Load()
+		base := int(p&slotMask) * d.sketch
+		r0, r1 := uint64(d.history[i0].Load()), uint64(d.history[i1].Load())
+		for i := range d.shards {
+			c := d.shards[i].c
+			r0 += uint64(c[base+i0].Load())
+			r1 += uint64(c[base+i1].Load())
+		}
+		// An Advance in between may have put the slot read as current
+		// into the history: read again rather than count it twice.
+		if d.pos.Load() == p {
+			return uint32(min(r0, r1, math.MaxUint32))
+		}
 	}
-	return uint32(min(r0, r1, math.MaxUint32))
 }
 
 // IsHot reports whether Estimate(h) >= Threshold: the test for adding a key

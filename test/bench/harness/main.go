@@ -96,19 +96,19 @@ func main() {
 		fatal(fmt.Errorf("harness: -rounds, -n-p1, -n-p16, -clients and -loops must be >= 1"))
 	}
 
+	o.workdir, err = os.MkdirTemp("", "cicada-bench-")
+	if err != nil {
+		fatal(err)
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		s := <-sigs
 		stopAll()
+		_ = os.RemoveAll(o.workdir)
 		fmt.Fprintln(os.Stderr, "harness: stopped by", s)
 		os.Exit(130)
 	}()
-
-	o.workdir, err = os.MkdirTemp("", "cicada-bench-")
-	if err != nil {
-		fatal(err)
-	}
 	err = run(o)
 	stopAll()
 	if err != nil {
@@ -182,7 +182,10 @@ func run(o options) error {
 			chosen = append(chosen, sc)
 		}
 	}
-	if len(chosen) == 0 && o.only.String() != "^$" {
+	switch {
+	case len(chosen) == 0 && o.micro == "":
+		return fmt.Errorf("harness: nothing to run: no scenario matches -only %q and -micro is empty", o.only)
+	case len(chosen) == 0 && o.only.String() != "^$":
 		return fmt.Errorf("harness: no scenario matches -only %q", o.only)
 	}
 	s := &servers{o: o, bare: map[string]*proc{}, cicada: map[string]*cicadaProc{}}
@@ -201,6 +204,9 @@ func run(o options) error {
 	}
 	// What was measured is printed and kept even when a later step failed.
 	rep.Finished = time.Now()
+	if err != nil {
+		rep.Incomplete = err.Error()
+	}
 	if len(rep.Samples) > 0 {
 		printTable(os.Stdout, rep)
 	}
@@ -209,8 +215,11 @@ func run(o options) error {
 	}
 	if o.jsonPath != "" && (len(rep.Samples) > 0 || len(rep.Micro) > 0) {
 		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr == nil {
-			jerr = os.WriteFile(o.jsonPath, b, 0o644)
+		if jerr == nil { // whole or not at all, even if a signal ends the harness
+			tmp := o.jsonPath + ".tmp"
+			if jerr = os.WriteFile(tmp, b, 0o644); jerr == nil {
+				jerr = os.Rename(tmp, o.jsonPath)
+			}
 		}
 		if jerr != nil {
 			return errors.Join(err, jerr)
@@ -292,6 +301,9 @@ func (s *servers) startFixed() error {
 		return err
 	}
 	if err := s.redis.waitGET(hotKey); err != nil {
+		return err
+	}
+	if err := s.redis.ownsRedis(); err != nil {
 		return err
 	}
 

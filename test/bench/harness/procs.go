@@ -171,6 +171,39 @@ func roundTrip(addr string, req []byte) (string, error) {
 	return strings.TrimRight(line, "\r\n"), err
 }
 
+// ownsRedis checks that the Redis answering at p.addr is p, by INFO
+// server's process_id: a redis-server that failed to bind a port in use
+// exits, and another Redis listening there answers (and would be written
+// to) in its place.
+func (p *proc) ownsRedis() error {
+	c, err := net.DialTimeout("tcp", p.addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write(command("INFO", "server")); err != nil {
+		return err
+	}
+	br := bufio.NewReader(c)
+	head, err := br.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || n < 0 {
+		return fmt.Errorf("harness: INFO server at %s: reply %q", p.addr, head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), "\r\nprocess_id:"+strconv.Itoa(p.pid())+"\r\n") {
+		return fmt.Errorf("harness: the Redis at %s is not the redis-server the harness started (port in use? see its log)", p.addr)
+	}
+	return nil
+}
+
 // pipeline sends reqs on one connection, a batch at a time, and checks
 // that every reply's first line starts with want (e.g. "+OK" for SET).
 func pipeline(addr string, reqs [][]byte, want string) error {

@@ -44,6 +44,10 @@ type report struct {
 	Rounds, Loops       int
 	Clients             int
 	Samples             []sample
+	// Incomplete is the error that stopped the run early ("" for a whole
+	// run): the scenarios after it are missing, and its own targets may
+	// have fewer rounds than Rounds.
+	Incomplete string `json:",omitempty"`
 	// Micro are the Go micro-benchmarks' medians, MicroOutput go test's
 	// output they were read from.
 	Micro       []microResult `json:",omitempty"`
@@ -120,7 +124,10 @@ func (m summary) busyCores() float64 { return (m.total() + m.loadCPU) * m.rps / 
 // printTable prints the medians per scenario and target, with ratios
 // against direct Redis and, for Cicada, against twemproxy.
 func printTable(w io.Writer, r report) {
-	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; Cicada --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
+	if r.Incomplete != "" {
+		fmt.Fprintf(w, "\nINCOMPLETE: the run stopped early (%s); the last scenario's targets may have fewer rounds.", r.Incomplete)
+	}
+	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; cicada: --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
 		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
 	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
 	fmt.Fprintf(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of %d cores; hits: requests (SETs too) answered from Cicada's cache.\n", runtime.NumCPU())

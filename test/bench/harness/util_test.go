@@ -74,8 +74,8 @@ func TestTrimProgress(t *testing.T) {
 }
 
 // TestPrintTableNotes: the table compares twemproxy with the two-loop
-// Cicada where a scenario has no one-loop Cicada, and counts requests an
-// open loop never sent.
+// Cicada where a scenario has no one-loop Cicada, counts requests an open
+// loop never sent, and says when the run stopped early.
 func TestPrintTableNotes(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	r := report{Rounds: 1, Clients: 50, ClockTicksPerSecond: 100, Samples: []sample{
@@ -84,9 +84,11 @@ func TestPrintTableNotes(t *testing.T) {
 		{Scenario: "4 skew", Target: targetTwem, benchResult: benchResult{Requests: 100, RPS: 100}, ProxyCPUus: f(7), RedisCPUus: f(2)},
 		{Scenario: "5 open", Target: targetCicada, benchResult: benchResult{Requests: 100, RPS: 100, Missed: 3}},
 	}}
+	r.Incomplete = "harness: 5 open on cicada, round 1: exit status 1"
 	var b strings.Builder
 	printTable(&b, r)
-	for _, want := range []string{"4 skew               cicada-2loops ops/s ×0.50", "Requests never sent: 3, in 1 open-loop runs"} {
+	for _, want := range []string{"4 skew               cicada-2loops ops/s ×0.50", "Requests never sent: 3, in 1 open-loop runs",
+		"INCOMPLETE: the run stopped early (harness: 5 open on cicada, round 1: exit status 1)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in:\n%s", want, b.String())
 		}

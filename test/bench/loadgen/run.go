@@ -209,7 +209,7 @@ func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
 		}
 		now := time.Now()
 		if !now.Before(end) {
-			w.missed += int64(end.Sub(intended)/interval) + 1
+			w.missed += int64((end.Sub(intended) + interval - 1) / interval) // intended times in [intended, end)
 			return
 		}
 		if d := intended.Sub(now); d > 0 {
