@@ -175,15 +175,18 @@ func TestHotkeysTopK(t *testing.T) {
 	}
 	counts := map[string]int{"hk:A": 1000, "hk:B": 100, "hk:C": 10}
 	ctx := context.Background()
-	for k, n := range counts {
-		pipe := rc.Pipeline()
-		for range n {
-			pipe.Get(ctx, k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
+	readAll := func() {
+		for k, n := range counts {
+			pipe := rc.Pipeline()
+			for range n {
+				pipe.Get(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	readAll()
 	if v := mustDo(t, rc, "HOTKEYS", "STOP"); v != "OK" { // another connection stops it
 		t.Fatalf("STOP = %v", v)
 	}
@@ -215,9 +218,25 @@ func TestHotkeysTopK(t *testing.T) {
 	if m["net-bytes-all-commands-all-slots"] != int64(total) || m["total-net-bytes"] != int64(total) {
 		t.Errorf("net totals %v %v, want %d", m["net-bytes-all-commands-all-slots"], m["total-net-bytes"], total)
 	}
+	// Event-loop time is wall time, as Redis's command durations are: a
+	// loop thread descheduled while timing one request (CI runs packages
+	// side by side on 2 cores) adds milliseconds to that key, so CI once
+	// saw B's 100 reads at 4.1 ms against A's 1000 at 3.8. The order must
+	// hold in one of up to five sessions; with time not attributed per key
+	// it would hold in none.
+	inOrder := func(cpu []string) bool {
+		return len(cpu) >= 2 && strings.HasPrefix(cpu[0], "hk:A=") && strings.HasPrefix(cpu[1], "hk:B=") &&
+			(len(cpu) == 2 || strings.HasPrefix(cpu[2], "hk:C="))
+	}
 	cpu := ranking(t, m, "by-cpu-time-us")
-	if len(cpu) < 2 || !strings.HasPrefix(cpu[0], "hk:A=") || !strings.HasPrefix(cpu[1], "hk:B=") ||
-		(len(cpu) > 2 && !strings.HasPrefix(cpu[2], "hk:C=")) {
+	for try := 2; !inOrder(cpu) && try <= 5; try++ {
+		t.Logf("session %d: by-cpu-time-us = %v; again", try-1, cpu)
+		mustDo(t, admin, "HOTKEYS", "START", "METRICS", "1", "CPU", "COUNT", "5")
+		readAll()
+		mustDo(t, admin, "HOTKEYS", "STOP")
+		cpu = ranking(t, hotkeysReport(t, admin), "by-cpu-time-us")
+	}
+	if !inOrder(cpu) {
 		t.Errorf("by-cpu-time-us = %v, want hk:A, hk:B (then hk:C)", cpu)
 	}
 	if us := m["all-commands-all-slots-us"].(int64); us <= 0 {
