@@ -103,10 +103,32 @@ func freeAddr() (string, error) {
 // waitGET waits until addr answers "GET key" with a bulk string (nil or
 // not): for Redis and the proxies this also means the path to Redis works.
 func (p *proc) waitGET(key string) error {
+	return p.waitFor(func() (bool, string) {
+		reply, err := roundTrip(p.addr, command("GET", key))
+		return err == nil && strings.HasPrefix(reply, "$"), fmt.Sprintf("at %s: last reply %q, error %v", p.addr, reply, err)
+	})
+}
+
+// waitHTTP200 waits until url answers 200 (Cicada's /readyz).
+func (p *proc) waitHTTP200(url string) error {
+	return p.waitFor(func() (bool, string) {
+		resp, err := httpClient.Get(url)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", url, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s: %s", url, resp.Status)
+	})
+}
+
+// waitFor polls ready every 50 ms until it reports true; it returns an
+// errNotReady error when the process exits or readyTimeout passes, with
+// the last poll's description.
+func (p *proc) waitFor(ready func() (ok bool, last string)) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		reply, err := roundTrip(p.addr, command("GET", key))
-		if err == nil && strings.HasPrefix(reply, "$") {
+		ok, last := ready()
+		if ok {
 			return nil
 		}
 		select {
@@ -115,30 +137,7 @@ func (p *proc) waitGET(key string) error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s at %s: last reply %q, error %v", errNotReady, p.name, p.addr, reply, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitHTTP200 waits until url answers 200 (Cicada's /readyz).
-func (p *proc) waitHTTP200(url string) error {
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		resp, err := httpClient.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%w: %s exited (see its log)", errNotReady, p.name)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s: %s", errNotReady, p.name, url)
+			return fmt.Errorf("%w: %s %s", errNotReady, p.name, last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
