@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	lgreport "github.com/cicada-proxy/cicada/test/bench/loadgen/report"
 )
 
 // goLoad runs the Go load generator (test/bench/loadgen) for scenarios 4
@@ -36,26 +38,12 @@ func (g goLoad) Run(addr string) (benchResult, []byte, error) {
 	return runLoad(g.Args(addr), parseLoadgenJSON)
 }
 
-// loadgenRun is the part of the load generator's -json object the table
-// uses (latencies in µs, measured from intended send times in the open
-// loop).
-type loadgenRun struct {
-	Ops       int64   `json:"ops"`
-	OpsPerSec float64 `json:"ops_per_sec"`
-	P50us     float64 `json:"p50_us"`
-	P99us     float64 `json:"p99_us"`
-	P999us    float64 `json:"p999_us"`
-	MaxUs     float64 `json:"max_us"`
-	Errors    int64   `json:"errors"`
-	Missed    int64   `json:"missed"`
-}
-
 // parseLoadgenJSON reads one run of the load generator. A run with error
 // replies or none completed is an error; requests it never sent (an open
 // loop the target, or a busy machine, could not keep up with) are counted
 // in Missed, and the table says so.
 func parseLoadgenJSON(out []byte) (benchResult, error) {
-	var r loadgenRun
+	var r lgreport.Run
 	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
 		return benchResult{}, fmt.Errorf("loadgen output: %w", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/cicada-proxy/cicada/test/bench/loadgen/report"
 )
 
 func main() {
@@ -73,7 +75,7 @@ func check(cfg *config) error {
 	return nil
 }
 
-func human(r result) string {
+func human(r report.Run) string {
 	mode := fmt.Sprintf("closed c=%d P=%d", r.Conns, r.Pipeline)
 	if r.Scenario == scenarioOpen {
 		mode = fmt.Sprintf("open c=%d rate=%.0f/s", r.Conns, r.TargetRate)

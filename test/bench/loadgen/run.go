@@ -12,6 +12,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/test/bench/loadgen/report"
 )
 
 // Scenario names, as given to -scenario and reported in "scenario".
@@ -38,32 +39,6 @@ type config struct {
 	ValueSize int           // SET value bytes
 	LateSlack time.Duration // open loop: a send later than this after its intended time is "late"
 	Seed      uint64
-}
-
-// result is one run's outcome; its JSON form is the -json output.
-type result struct {
-	Scenario   string  `json:"scenario"`
-	Addr       string  `json:"addr"`
-	Conns      int     `json:"conns"`
-	Pipeline   int     `json:"pipeline,omitempty"`
-	TargetRate float64 `json:"target_rate,omitempty"`
-	Ops        int64   `json:"ops"`
-	DurationS  float64 `json:"duration_s"`
-	OpsPerSec  float64 `json:"ops_per_sec"`
-	P50us      float64 `json:"p50_us"`
-	P99us      float64 `json:"p99_us"`
-	P999us     float64 `json:"p999_us"`
-	MaxUs      float64 `json:"max_us"`
-	Errors     int64   `json:"errors"`
-	Late       int64   `json:"late"`
-	Missed     int64   `json:"missed"`
-	// Open loop: latency from the actual send, without the queueing
-	// and timer delay before it. The gap to P50us/P99us is the delay.
-	SvcP50us  float64 `json:"service_p50_us,omitempty"`
-	SvcP99us  float64 `json:"service_p99_us,omitempty"`
-	CPUs      float64 `json:"cpu_s"`
-	CPUsPer1M float64 `json:"cpu_s_per_1m_ops"`
-	CPUPct    float64 `json:"cpu_pct_of_one_core"`
 }
 
 // worker is one connection and everything it reuses between requests.
@@ -237,7 +212,7 @@ func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
 // run opens cfg.Conns connections, runs the scenario for cfg.Duration and
 // merges the per-connection histograms. The CPU figures are this process's
 // user+system time over the run (connection setup excluded).
-func run(cfg config) (result, error) {
+func run(cfg config) (report.Run, error) {
 	val := make([]byte, cfg.ValueSize)
 	for i := range val {
 		val[i] = 'a' + byte(i%26)
@@ -254,7 +229,7 @@ func run(cfg config) (result, error) {
 	for i := range cfg.Conns {
 		w, err := newWorker(&cfg, i, val)
 		if err != nil {
-			return result{}, err
+			return report.Run{}, err
 		}
 		workers = append(workers, w)
 	}
@@ -281,7 +256,7 @@ func run(cfg config) (result, error) {
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
 
-	res := result{Scenario: cfg.Scenario, Addr: cfg.Addr, Conns: cfg.Conns}
+	res := report.Run{Scenario: cfg.Scenario, Addr: cfg.Addr, Conns: cfg.Conns}
 	if cfg.Scenario == scenarioOpen {
 		res.TargetRate = cfg.Rate
 		// Achieved rate over the scheduled window: missed requests lower it.
