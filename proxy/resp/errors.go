@@ -6,8 +6,9 @@ import "errors"
 // 7.0 replies with (after "-ERR "); see RequestParser.Err.
 var (
 	// ErrReplyProtocol reports a reply stream that is not valid RESP2/RESP3:
-	// an unknown type byte, a malformed length, a missing CRLF, or nesting
-	// deeper than MaxReplyDepth. The stream cannot be resynchronized.
+	// an unknown type byte, a malformed length, a missing CRLF, or an
+	// aggregate declaring more than 2^62 values. The stream cannot be
+	// resynchronized.
 	ErrReplyProtocol = errors.New("resp: invalid reply from upstream")
 )
 

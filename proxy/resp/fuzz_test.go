@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -118,6 +119,11 @@ var replySeeds = []string{
 	"%1\r\n+a\r\n:1\r\n", ">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n", "|1\r\n+a\r\n+b\r\n:2\r\n",
 	"*1\r\n*1\r\n*1\r\n:1\r\n", "$9223372036854775807\r\n", "*-9223372036854775808\r\n",
 	"$3\r\nabc", "=5\r\ntxt:x\r\n", "#t\r\n", ",inf\r\n", "(1\r\n", "!3\r\nERR\r\n", "$2\r\nab\n\n",
+	"*4611686018427387905\r\n", "%2305843009213693953\r\n", "*1\r\n*4611686018427387904\r\n*2\r\n",
+	// Deeper than Redis 7.0's Lua replies go (4097 levels), and the
+	// deeper value first, where every level still has elements to come.
+	strings.Repeat("*1\r\n", 4097) + "$1\r\nx\r\n",
+	strings.Repeat("*2\r\n|1\r\n+a\r\n:1\r\n", 300) + ":1\r\n" + strings.Repeat("%1\r\n+k\r\n_\r\n", 300),
 }
 
 // FuzzReplyFramer checks that the framer never panics, that splitting the

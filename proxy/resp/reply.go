@@ -4,9 +4,11 @@ import "bytes"
 
 // Reply framing limits.
 const (
-	// MaxReplyDepth bounds the nesting of aggregates (arrays, maps, sets,
-	// pushes, attributes) in one reply. Deeper is ErrReplyProtocol.
-	MaxReplyDepth = 4096
+	// maxPending bounds the values an aggregate may declare, and the
+	// values still to come in a nested part of a reply: a map or attribute
+	// of n pairs declares 2n. Far beyond any reply Redis can build (each
+	// value takes at least 3 bytes), it keeps the count from overflowing.
+	maxPending = 1 << 62
 	// maxHeaderLine bounds a length header line ("$123\r\n"): a sign, 20
 	// digits and the CRLF fit with room to spare.
 	maxHeaderLine = 32
@@ -67,6 +69,9 @@ type Frame struct {
 	Elems [FrameElems]Elem
 }
 
+// level is an open aggregate that the framer follows exactly: the
+// top-level aggregate (or the attribute before the top-level value), and
+// an attribute annotating one of its elements.
 type level struct {
 	left  int64 // children still to come
 	count int64 // declared children
@@ -79,14 +84,24 @@ type level struct {
 // in memory. Only a partial length header line ("$123\r\n") is left
 // unconsumed.
 //
+// Its memory is constant, whatever the nesting: only the top-level
+// aggregate and an attribute on one of its elements are followed as levels
+// (the summary in Frame needs no more); a value nested deeper is an
+// element of one of them, and within it the framer counts only how many
+// values are still to come (each aggregate header adds its element count,
+// each value read ends one). A Lua script's reply may nest as deep as
+// Lua's stack allows (about 8,000 levels in Redis 7), a module's deeper.
+//
 // Owned by one connection's event loop; not safe for concurrent use.
 type ReplyFramer struct {
-	stack    []level
-	bulkLeft int64 // payload bytes + 2 (CRLF) still to come of the current bulk; 0 = none
-	inLine   bool  // inside a line-typed value, waiting for its '\n'
-	lastCR   bool  // the last line byte seen was '\r'
-	cur      *Elem // the value being read, when it is summarized; else nil
-	started  bool  // a top-level reply is in progress
+	open     [2]level // the levels followed exactly, outermost first
+	depth    int      // how many of open are in use
+	nested   int64    // values still to come in an element nested below open[depth-1]; 0 = not inside one
+	bulkLeft int64    // payload bytes + 2 (CRLF) still to come of the current bulk; 0 = none
+	inLine   bool     // inside a line-typed value, waiting for its '\n'
+	lastCR   bool     // the last line byte seen was '\r'
+	cur      *Elem    // the value being read, when it is summarized; else nil
+	started  bool     // a top-level reply is in progress
 	frame    Frame
 	types    []byte // type bytes of the top-level aggregate's elements
 }
@@ -200,8 +215,8 @@ func (f *ReplyFramer) Feed(b []byte) (n int, done bool, err error) {
 func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	t := b[0]
 	f.cur = f.summaryTarget()
-	if len(f.stack) == 1 && !f.stack[0].attr && t != TypeAttribute && len(f.types) < MaxElemTypes &&
-		int64(len(f.types)) == f.stack[0].count-f.stack[0].left {
+	if f.nested == 0 && f.depth == 1 && !f.open[0].attr && t != TypeAttribute && len(f.types) < MaxElemTypes &&
+		int64(len(f.types)) == f.open[0].count-f.open[0].left {
 		f.types = append(f.types, t)
 	}
 	switch t {
@@ -229,7 +244,7 @@ func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	}
 	used = cr + 2
 	if t == TypeAttribute {
-		f.frame.Attr = f.frame.Attr || len(f.stack) == 0
+		f.frame.Attr = f.frame.Attr || f.depth == 0
 		f.cur = nil
 	} else {
 		f.startElem(t)
@@ -254,31 +269,56 @@ func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	}
 	children := v
 	if t == TypeMap || t == TypeAttribute {
-		if v > 1<<61 {
+		if v > maxPending/2 {
 			return 0, false, false, ErrReplyProtocol
 		}
 		children = 2 * v
 	}
-	if len(f.stack) >= MaxReplyDepth {
+	attr := t == TypeAttribute
+	switch {
+	case f.nested > 0:
+		// Inside a nested element: its values are only counted. The
+		// header itself is one of them (read in valueDone), except an
+		// attribute's, which the value it annotates follows.
+		if children > maxPending-f.nested {
+			return 0, false, false, ErrReplyProtocol
+		}
+		f.nested += children
+		return used, !attr, true, nil
+	case f.depth == 0 || f.depth == 1 && attr && !f.open[0].attr:
+		if children > maxPending {
+			return 0, false, false, ErrReplyProtocol
+		}
+		if children == 0 {
+			// An empty attribute annotates the value that follows it.
+			return used, !attr, true, nil
+		}
+		f.open[f.depth] = level{left: children, count: children, attr: attr}
+		f.depth++
+		return used, false, true, nil
+	}
+	// An aggregate element of a followed level: count what it holds (an
+	// attribute's pairs and the value it annotates).
+	if attr {
+		children++
+	}
+	if children > maxPending {
 		return 0, false, false, ErrReplyProtocol
 	}
-	f.stack = append(f.stack, level{left: children, count: children, attr: t == TypeAttribute})
-	if children == 0 {
-		f.stack = f.stack[:len(f.stack)-1]
-		// An empty attribute annotates the value that follows it.
-		return used, t != TypeAttribute, true, nil
-	}
-	return used, false, true, nil
+	f.nested = children
+	return used, children == 0, true, nil
 }
 
 // summaryTarget returns the Elem that the value starting now fills in, or
 // nil when the value is not summarized.
 func (f *ReplyFramer) summaryTarget() *Elem {
-	switch len(f.stack) {
-	case 0:
+	switch {
+	case f.nested > 0:
+		return nil
+	case f.depth == 0:
 		return &f.frame.Value
-	case 1:
-		top := f.stack[0]
+	case f.depth == 1:
+		top := f.open[0]
 		if top.attr {
 			return nil
 		}
@@ -296,18 +336,22 @@ func (f *ReplyFramer) startElem(t byte) {
 }
 
 // valueDone records the end of a value and reports whether it ended the
-// top-level reply.
+// top-level reply. In a nested element it counts one value off; the
+// element itself ends when none is left.
 func (f *ReplyFramer) valueDone() bool {
 	f.cur = nil
-	for len(f.stack) > 0 {
-		top := &f.stack[len(f.stack)-1]
-		top.left--
-		if top.left > 0 {
+	if f.nested > 0 {
+		if f.nested--; f.nested > 0 {
 			return false
 		}
-		attr := top.attr
-		f.stack = f.stack[:len(f.stack)-1]
-		if attr {
+	}
+	for f.depth > 0 {
+		top := &f.open[f.depth-1]
+		if top.left--; top.left > 0 {
+			return false
+		}
+		f.depth--
+		if top.attr {
 			// The annotated value follows; it counts in the parent.
 			return false
 		}

@@ -139,12 +139,98 @@ func TestReplyFramerErrors(t *testing.T) {
 	bad := []string{
 		"x\r\n", "+OK\n", "$3\r\nabcXX", "$-2\r\n", "*-2\r\n", "%-1\r\n", ":12a\r\n", "#x\r\n", "_x\r\n",
 		"$" + strings.Repeat("1", 40) + "\r\n", "$9223372036854775807\r\n", "*?\r\n", ":" + strings.Repeat("9", 25) + "\r\n",
-		strings.Repeat("*1\r\n", MaxReplyDepth+1) + ":1\r\n",
+		"*4611686018427387905\r\n", "*1\r\n*4611686018427387904\r\n*4611686018427387904\r\n",
 	}
 	for _, in := range bad {
 		if _, err := frameAll([][]byte{[]byte(in)}); err == nil {
 			t.Errorf("%q: no error, want ErrReplyProtocol", in)
 		}
+	}
+}
+
+// genDeep appends one value nested depth levels deep: each level is a
+// random aggregate (array, map, set, push, or an attribute before one)
+// holding the deeper value at a random position among short scalars, so
+// that no two levels need look alike.
+func genDeep(rng *rand.Rand, dst []byte, depth int) []byte {
+	if depth == 0 {
+		return genValue(rng, dst, 0)
+	}
+	if rng.Intn(8) == 0 {
+		dst = append(dst, "|1\r\n+a\r\n"...)
+		if rng.Intn(2) == 0 {
+			// The attribute's value is the deeper one.
+			dst = genDeep(rng, dst, depth-1)
+			return genValue(rng, dst, 1)
+		}
+		dst = append(dst, ":1\r\n"...)
+	}
+	t := "*%~>"[rng.Intn(4)]
+	n := 1 + rng.Intn(3)
+	dst = append(append(append(dst, t), strconv.Itoa(n)...), "\r\n"...)
+	if t == '%' {
+		n *= 2
+	}
+	at := rng.Intn(n)
+	for i := range n {
+		if i == at {
+			dst = genDeep(rng, dst, depth-1)
+		} else {
+			dst = genValue(rng, dst, 0)
+		}
+	}
+	return dst
+}
+
+// TestReplyFramerDeep: replies nested deeper than any stack of levels
+// would hold (Redis sends 4097 levels for a Lua table that deep, and 7995
+// then an error for a table that holds itself) are framed whole, at any
+// split, in constant memory: framing one allocates nothing.
+func TestReplyFramerDeep(t *testing.T) {
+	chain := func(n int, header, leaf string) string { return strings.Repeat(header, n) + leaf }
+	replies := []string{
+		chain(4097, "*1\r\n", "$1\r\nx\r\n"),
+		chain(7995, "*1\r\n", "-ERR reached lua stack limit\r\n"),
+		chain(100000, "*2\r\n:1\r\n", ":2\r\n"), // the deeper value last
+		chain(100000, "%1\r\n+k\r\n", "_\r\n"),  // RESP3 maps of maps
+		chain(100000, "|1\r\n+a\r\n:1\r\n*1\r\n", "#t\r\n"),
+	}
+	// The deeper value first: every level still waits for its other
+	// elements when the innermost one arrives.
+	first := chain(100000, "*2\r\n", ":1\r\n") + strings.Repeat(":2\r\n", 100000)
+	replies = append(replies, first)
+	rng := rand.New(rand.NewSource(3))
+	for range 5 {
+		replies = append(replies, string(genDeep(rng, nil, 20000+rng.Intn(20000))))
+	}
+	for i, r := range replies {
+		stream := []byte(r + "+PONG\r\n")
+		want := fmt.Sprint([]int64{int64(len(r)), 7})
+		if got, err := frameAll([][]byte{stream}); err != nil || fmt.Sprint(got) != want {
+			t.Errorf("reply %d (%d bytes): got %v, %v; want %v, nil", i, len(r), got, err, want)
+		}
+		var chunks [][]byte
+		for rest := stream; len(rest) > 0; {
+			n := min(1+rng.Intn(7), len(rest))
+			chunks, rest = append(chunks, rest[:n]), rest[n:]
+		}
+		if got, err := frameAll(chunks); err != nil || fmt.Sprint(got) != want {
+			t.Errorf("reply %d in pieces: got %v, %v; want %v, nil", i, got, err, want)
+		}
+	}
+	var f ReplyFramer
+	in := []byte(first)
+	allocs := testing.AllocsPerRun(3, func() {
+		if n, done, err := f.Feed(in); n != len(in) || !done || err != nil {
+			t.Fatalf("Feed = %d, %v, %v; want %d, true, nil", n, done, err, len(in))
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("framing a reply 100,000 levels deep allocated %v times, want 0", allocs)
+	}
+	fr := f.Frame()
+	if got := fmt.Sprintf("%c %d %c %d %c", fr.Value.Type, fr.Value.Len, fr.Elems[0].Type, fr.Elems[0].Len, fr.Elems[1].Type); got != "* 2 * 2 :" {
+		t.Errorf("summary of the deep reply %q, want %q", got, "* 2 * 2 :")
 	}
 }
 
@@ -222,6 +308,22 @@ func TestReplyFramerRandom(t *testing.T) {
 
 func BenchmarkFrameBulk(b *testing.B) {
 	in := AppendBulk(nil, []byte(strings.Repeat("x", 64)))
+	var f ReplyFramer
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for i := 0; i < b.N; i++ {
+		f.Feed(in)
+	}
+}
+
+// BenchmarkFrameArray frames an array of 16 bulk strings of 16 bytes, an
+// MGET or LRANGE reply.
+func BenchmarkFrameArray(b *testing.B) {
+	var in []byte
+	in = append(in, "*16\r\n"...)
+	for range 16 {
+		in = AppendBulk(in, []byte(strings.Repeat("v", 16)))
+	}
 	var f ReplyFramer
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))

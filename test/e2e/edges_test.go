@@ -183,3 +183,37 @@ func TestRedisClosesUnreadClient(t *testing.T) {
 	}
 
 }
+
+// TestDeepReplies: a script's reply nests as deep as Lua lets it, and
+// Cicada passes it on whole, the connection still usable after it: a
+// table 4097 levels deep (one past what Cicada once framed), a table that
+// holds itself (7995 levels: Redis gives up at its Lua stack limit with an
+// error as the innermost element), RESP3 maps of maps (2665 levels before
+// the same limit), and each as an element of EXEC's reply.
+func TestDeepReplies(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	nest := "local t = {}; local c = t; for i=2,4097 do local n = {}; c[1] = n; c = n end; c[1] = 'x'; return t"
+	self := "local t = {}; t[1] = t; return t"
+	maps := "redis.setresp(3); local t = {map={}}; local c = t; for i=2,5000 do local n = {map={}}; c.map['k'] = n; c = n end; c.map['k'] = 'x'; return t"
+	for _, tc := range []struct {
+		name, script, hello string
+	}{
+		{"4097 levels", nest, ""},
+		{"self-referencing", self, ""},
+		{"RESP3 maps", maps, cmd("HELLO", "3")},
+		{"RESP3 maps to RESP2", maps, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eval := cmd("EVAL", tc.script, "0")
+			for _, steps := range [][]step{
+				{send(tc.hello + eval + cmd("PING"))},
+				{send(tc.hello + cmd("MULTI") + eval + cmd("GET", "hot") + cmd("EXEC") + cmd("PING"))},
+			} {
+				got := p.Compare(t, steps...)
+				if !strings.HasSuffix(string(got), "+PONG\r\n") || len(got) < 4000*4 {
+					t.Fatalf("through Cicada: %d bytes ending %q, want the deep reply then +PONG", len(got), got[max(0, len(got)-40):])
+				}
+			}
+		})
+	}
+}
