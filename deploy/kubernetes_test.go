@@ -28,14 +28,19 @@ type manifests struct {
 	services     []corev1.Service
 	configMaps   []corev1.ConfigMap
 	podMonitors  []monitoringv1.PodMonitor
+	yaml         []string // every object as built, in output order
 }
 
-// kustomize builds dir (relative to deploy/kubernetes) as kubectl apply -k
-// would and decodes every object with its k8s.io/api (or Prometheus
-// Operator) type.
+// kustomize builds dir (relative to deploy/kubernetes, or absolute) as
+// kubectl apply -k would and decodes every object with its k8s.io/api (or
+// Prometheus Operator) type.
 func kustomize(t *testing.T, dir string) manifests {
 	t.Helper()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("kubernetes", dir))
+	path := dir
+	if !filepath.IsAbs(dir) {
+		path = filepath.Join("kubernetes", dir)
+	}
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), path)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -45,6 +50,7 @@ func kustomize(t *testing.T, dir string) manifests {
 		if err != nil {
 			t.Fatal(err)
 		}
+		m.yaml = append(m.yaml, string(b))
 		var decodeErr error
 		switch kind := r.GetKind(); kind {
 		case "StatefulSet":
@@ -184,6 +190,100 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKubernetesOverlayImage writes the overlay that README.md's
+// "Kubernetes" section has users write, with the file content taken from the
+// README, on top of the base and of each overlay, and checks that the build
+// gives Cicada the user's image and names the base's image nowhere. (An
+// images: entry keyed "cicada", as kustomize edit set image cicada=...
+// writes, matches nothing: the base has already renamed the image.)
+func TestKubernetesOverlayImage(t *testing.T) {
+	const (
+		image = "registry.example/cicada:v1"
+		base  = "../deploy/kubernetes/base"
+	)
+	section := readmeSection(t, "Kubernetes")
+	dir, overlay := readmeOverlay(t, section)
+	if !strings.Contains(section, "\ndocker push "+image+"\n") {
+		t.Errorf("README: no line docker push %s, want the image the overlay sets pushed", image)
+	}
+	if n := strings.Count(overlay, base); n != 1 {
+		t.Fatalf("README's overlay names %s %d times, want once (the path users change to start from an overlay)", base, n)
+	}
+	deployDir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []string{"base", "overlays/two-container", "overlays/prometheus-operator"} {
+		t.Run(from, func(t *testing.T) {
+			// The README's layout: the overlay directory next to deploy/.
+			root := t.TempDir()
+			if err := os.Symlink(deployDir, filepath.Join(root, "deploy")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			k := strings.Replace(overlay, base, "../deploy/kubernetes/"+from, 1)
+			if err := os.WriteFile(filepath.Join(root, dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m := kustomize(t, filepath.Join(root, dir))
+			spec := m.statefulSets[0].Spec.Template.Spec
+			if cicada, _ := findContainer(t, spec, "cicada"); cicada.Image != image {
+				t.Errorf("cicada image: got %q, want %q", cicada.Image, image)
+			}
+			if redis, _ := findContainer(t, spec, "redis"); redis.Image != "redis:7.0.15" {
+				t.Errorf("redis image: got %q, want %q (the overlay sets Cicada's only)", redis.Image, "redis:7.0.15")
+			}
+			for _, y := range m.yaml {
+				for _, line := range strings.Split(y, "\n") {
+					if strings.Contains(line, "ghcr.io/cicada-proxy/cicada") {
+						t.Errorf("output names the base's image: got %q, want no ghcr.io/cicada-proxy/cicada", strings.TrimSpace(line))
+					}
+				}
+			}
+		})
+	}
+}
+
+// readmeSection returns the body of the README.md section headed
+// "### title" (up to the next heading of level 2 or 3).
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?ms)^### ` + regexp.QuoteMeta(title) + `\n(.*?)(^##|\z)`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatalf("README.md: no section ### %s", title)
+	}
+	return m[1]
+}
+
+// readmeOverlay returns the directory and the kustomization.yaml that a
+// README section has users write with a heredoc
+// (cat > DIR/kustomization.yaml <<'EOF' ... EOF), after checking that the
+// section then applies that directory with kubectl apply -k and runs no
+// standalone kustomize, which kubectl users lack.
+func readmeOverlay(t *testing.T, section string) (dir, kustomization string) {
+	t.Helper()
+	all := regexp.MustCompile(`(?m)^cat > ([\w.-]+)/kustomization\.yaml <<'EOF'\n((?s:.*?)\n)EOF$`).FindAllStringSubmatch(section, -1)
+	if len(all) != 1 {
+		t.Fatalf("README: got %d heredocs cat > DIR/kustomization.yaml <<'EOF', want 1", len(all))
+	}
+	dir, kustomization = all[0][1], all[0][2]
+	if !regexp.MustCompile(`(?m)^kubectl apply -k ` + regexp.QuoteMeta(dir) + `$`).MatchString(section) {
+		t.Errorf("README: no line kubectl apply -k %s, want the overlay applied", dir)
+	}
+	for _, line := range strings.Split(section, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "kustomize ") {
+			t.Errorf("README runs the standalone kustomize: got %q, want kubectl only", line)
+		}
+	}
+	return dir, kustomization
 }
 
 // findContainer returns the named container and whether it is an init
