@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -199,74 +198,120 @@ func testAsk(t *testing.T, c *clustertest.Cluster) {
 // testTopologyReplies: CLUSTER SLOTS through a sidecar is Redis's reply
 // with every node's port the sidecar's (byte for byte); CLUSTER SHARDS
 // and CLUSTER NODES give the same nodes, roles and slots as Redis's, at
-// the sidecars' addresses.
+// the sidecars' addresses. Each is compared with Redis's reply as it was
+// both just before and just after the sidecar's (settledRead): what
+// Redis says may change between two reads, a replica appearing in
+// CLUSTER SLOTS, a node flagged fail? for a moment.
 func testTopologyReplies(t *testing.T, c *clustertest.Cluster) {
 	for _, n := range c.Nodes {
 		p := newPair(t, c, n)
-		want := p.direct.do("CLUSTER", "SLOTS")
-		for _, m := range c.Nodes {
-			want = strings.ReplaceAll(want, "$9\r\n127.0.0.1\r\n:"+portOf(c.Announced(m))+"\r\n",
-				"$9\r\n127.0.0.1\r\n:"+portOf(m.SidecarAddr)+"\r\n")
-		}
-		if got := p.sidecar.do("CLUSTER", "SLOTS"); got != want {
-			t.Errorf("%v: CLUSTER SLOTS through the sidecar =\n%q\nwant (Redis's, at the sidecars' ports)\n%q", n, got, want)
+		got, want := settledRead(t, fmt.Sprintf("%v: CLUSTER SLOTS", n),
+			func() string {
+				w := p.direct.do("CLUSTER", "SLOTS")
+				for _, m := range c.Nodes {
+					w = strings.ReplaceAll(w, "$9\r\n127.0.0.1\r\n:"+portOf(c.Announced(m))+"\r\n",
+						"$9\r\n127.0.0.1\r\n:"+portOf(m.SidecarAddr)+"\r\n")
+				}
+				return w
+			},
+			func() string { return p.sidecar.do("CLUSTER", "SLOTS") })
+		if got != want {
+			t.Errorf("%v: CLUSTER SLOTS through the sidecar =\n%q\nwant (Redis's, at the sidecars' ports, the same before and after)\n%q", n, got, want)
 		}
 		compareNodes(t, c, n)
 		compareShards(t, c, n)
 	}
 }
 
+// settleTimeout bounds settledRead.
+const settleTimeout = 5 * time.Second
+
+// settledRead reads one thing from a node's redis-server (direct), then
+// through its sidecar (viaSidecar), then from the redis-server again,
+// until the two direct reads agree, and returns the sidecar's read and
+// the direct one: Redis said the same before and after the sidecar's
+// read, so a difference between them is the sidecar's. direct renders
+// what must be equal (Redis's reply at the sidecars' addresses, without
+// what changes from one read to the next). It fails t, with both direct
+// reads, when they have not agreed within settleTimeout.
+func settledRead(t *testing.T, what string, direct, viaSidecar func() string) (got, want string) {
+	t.Helper()
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		before := direct()
+		got = viaSidecar()
+		after := direct()
+		if before == after {
+			return got, before
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Redis's reply changed around every read through the sidecar for %v; the last two direct reads:\n%s\nthen\n%s",
+				what, settleTimeout, before, after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // compareNodes compares CLUSTER NODES from n's sidecar and redis-server:
-// the same IDs, flags, masters and slots, at sidecar addresses.
+// the same IDs, flags, masters and slots, at sidecar addresses (the
+// ping and pong times and epochs aside), Redis's the same before and
+// after the sidecar's.
 func compareNodes(t *testing.T, c *clustertest.Cluster, n *clustertest.Node) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*settleTimeout)
 	defer cancel()
 	sc := redis.NewClient(&redis.Options{Addr: n.SidecarAddr, Protocol: 2, DisableIdentity: true})
 	defer sc.Close()
-	viaSidecar, err := sc.ClusterNodes(ctx).Result()
-	if err != nil {
-		t.Fatalf("%v: CLUSTER NODES through the sidecar: %v", n, err)
-	}
-	direct, err := c.Direct(n).ClusterNodes(ctx).Result()
-	if err != nil {
-		t.Fatalf("%v: CLUSTER NODES: %v", n, err)
-	}
-	got, err := clustertest.ParseNodes(viaSidecar)
-	if err != nil {
-		t.Fatalf("%v: CLUSTER NODES through the sidecar: %v\n%s", n, err, viaSidecar)
-	}
-	want, err := clustertest.ParseNodes(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byID := func(lines []clustertest.NodeInfo) map[string]string {
-		m := map[string]string{}
+	// render gives each node's line as "addr flags master slots", sorted
+	// by ID; sidecarAddrs puts each node at its sidecar's address.
+	render := func(side, text string, sidecarAddrs bool) string {
+		lines, err := clustertest.ParseNodes(text)
+		if err != nil {
+			t.Fatalf("%v: CLUSTER NODES %s: %v\n%s", n, side, err, text)
+		}
+		var out []string
 		for _, l := range lines {
-			m[l.ID] = fmt.Sprintf("%s %v %s %v", l.Addr, l.Flags, l.MasterID, l.Slots)
+			if m := c.NodeByID(l.ID); sidecarAddrs && m != nil {
+				l.Addr = m.SidecarAddr
+			}
+			out = append(out, fmt.Sprintf("%s %s %v %s %v", l.ID, l.Addr, l.Flags, l.MasterID, l.Slots))
 		}
-		return m
+		slices.Sort(out)
+		return strings.Join(out, "\n")
 	}
-	for i := range want {
-		if m := c.NodeByID(want[i].ID); m != nil {
-			want[i].Addr = m.SidecarAddr
-		}
-	}
-	if g, w := byID(got), byID(want); !maps.Equal(g, w) {
-		t.Errorf("%v: CLUSTER NODES through the sidecar:\n%s\nwant Redis's at the sidecars' addresses:\n%s", n, viaSidecar, direct)
+	var viaSidecar, direct string
+	got, want := settledRead(t, fmt.Sprintf("%v: CLUSTER NODES", n),
+		func() string {
+			var err error
+			if direct, err = c.Direct(n).ClusterNodes(ctx).Result(); err != nil {
+				t.Fatalf("%v: CLUSTER NODES: %v", n, err)
+			}
+			return render("from Redis", direct, true)
+		},
+		func() string {
+			var err error
+			if viaSidecar, err = sc.ClusterNodes(ctx).Result(); err != nil {
+				t.Fatalf("%v: CLUSTER NODES through the sidecar: %v", n, err)
+			}
+			return render("through the sidecar", viaSidecar, false)
+		})
+	if got != want {
+		t.Errorf("%v: CLUSTER NODES through the sidecar:\n%s\nwant Redis's at the sidecars' addresses (the same before and after):\n%s", n, viaSidecar, direct)
 	}
 }
 
 // compareShards compares CLUSTER SHARDS from n's sidecar and redis-server:
 // the same shards (slots, node IDs, roles), every node at its sidecar's
-// port. Replication offsets and health move between the two calls.
+// port, Redis's the same before and after the sidecar's. Replication
+// offsets and health move from one read to the next, and are not
+// compared.
 func compareShards(t *testing.T, c *clustertest.Cluster, n *clustertest.Node) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*settleTimeout)
 	defer cancel()
 	sc := redis.NewClient(&redis.Options{Addr: n.SidecarAddr, Protocol: 2, DisableIdentity: true})
 	defer sc.Close()
-	render := func(shards []redis.ClusterShard, sidecarPorts bool) []string {
+	render := func(shards []redis.ClusterShard, sidecarPorts bool) string {
 		var out []string
 		for _, s := range shards {
 			var nodes []string
@@ -281,19 +326,25 @@ func compareShards(t *testing.T, c *clustertest.Cluster, n *clustertest.Node) {
 			out = append(out, fmt.Sprintf("%v %v", s.Slots, nodes))
 		}
 		slices.Sort(out)
-		return out
+		return strings.Join(out, "\n")
 	}
-	viaSidecar, err := sc.ClusterShards(ctx).Result()
-	if err != nil {
-		t.Fatalf("%v: CLUSTER SHARDS through the sidecar: %v", n, err)
-	}
-	direct, err := c.Direct(n).ClusterShards(ctx).Result()
-	if err != nil {
-		t.Fatalf("%v: CLUSTER SHARDS: %v", n, err)
-	}
-	if got, want := render(viaSidecar, false), render(direct, true); !slices.Equal(got, want) {
-		t.Errorf("%v: CLUSTER SHARDS through the sidecar:\n%s\nwant Redis's at the sidecars' ports:\n%s", n,
-			strings.Join(got, "\n"), strings.Join(want, "\n"))
+	got, want := settledRead(t, fmt.Sprintf("%v: CLUSTER SHARDS", n),
+		func() string {
+			direct, err := c.Direct(n).ClusterShards(ctx).Result()
+			if err != nil {
+				t.Fatalf("%v: CLUSTER SHARDS: %v", n, err)
+			}
+			return render(direct, true)
+		},
+		func() string {
+			viaSidecar, err := sc.ClusterShards(ctx).Result()
+			if err != nil {
+				t.Fatalf("%v: CLUSTER SHARDS through the sidecar: %v", n, err)
+			}
+			return render(viaSidecar, false)
+		})
+	if got != want {
+		t.Errorf("%v: CLUSTER SHARDS through the sidecar:\n%s\nwant Redis's at the sidecars' ports (the same before and after):\n%s", n, got, want)
 	}
 }
 

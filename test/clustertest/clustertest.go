@@ -257,6 +257,11 @@ func (c *Cluster) redisArgs(n *Node) []string {
 		// A restarted replica's full sync starts at once (the default waits 5 s
 		// for more replicas).
 		"--repl-diskless-sync-delay", "0",
+		// A master pings its replicas every second (default 10): a replica
+		// synced from a master that has sent nothing is at offset 0, which
+		// keeps it out of CLUSTER SLOTS (WaitStable waits for it there)
+		// until the master's first write or PING.
+		"--repl-ping-replica-period", "1",
 		// Redis 7.0 refuses clients from any address but 127.0.0.1 and ::1
 		// without a password; a test client that reaches a Redis directly
 		// from another loopback address (127.0.0.2) must be served and seen

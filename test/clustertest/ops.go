@@ -89,14 +89,19 @@ func swapped(r, m *Node) func(*Topology) string {
 }
 
 // WaitReplicated waits until every replica of master m has acknowledged
-// m's whole replication stream (INFO replication: each slaveN's offset
-// equals master_repl_offset), so that killing m loses no write it
-// acknowledged. The caller stops writes to m first.
+// m's whole replication stream as it was when WaitReplicated was called
+// (INFO replication: each slaveN's offset at least the first
+// master_repl_offset read), so that killing m loses no write it
+// acknowledged. The caller stops writes to m first. The offset is read
+// once: the master's PINGs (every second, repl-ping-replica-period) keep
+// adding to it, and a replica acknowledges once a second, so equal
+// offsets could be rare.
 func (c *Cluster) WaitReplicated(m *Node) {
 	c.t.Helper()
 	re := regexp.MustCompile(`(?m)^slave\d+:.*\boffset=(\d+)\b`)
 	master := regexp.MustCompile(`(?m)^master_repl_offset:(\d+)\r$`)
 	deadline := time.Now().Add(c.Opts.Timeout)
+	target := int64(-1)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		info, err := m.rc.Info(ctx, "replication").Result()
@@ -109,9 +114,12 @@ func (c *Cluster) WaitReplicated(m *Node) {
 		} else if reps := re.FindAllStringSubmatch(info, -1); len(reps) == 0 {
 			why = "no replica"
 		} else {
+			if target < 0 {
+				target, _ = strconv.ParseInt(mo[1], 10, 64)
+			}
 			for _, r := range reps {
-				if r[1] != mo[1] {
-					why = fmt.Sprintf("a replica is at offset %s, the master at %s", r[1], mo[1])
+				if off, _ := strconv.ParseInt(r[1], 10, 64); off < target {
+					why = fmt.Sprintf("a replica is at offset %s, want at least %d (the master is at %s)", r[1], target, mo[1])
 				}
 			}
 		}
