@@ -92,7 +92,7 @@ func TestCompose(t *testing.T) {
 	if settings["upstream"] != "redis:6379" {
 		t.Errorf("cicada upstream %q, want the redis service (redis:6379)", settings["upstream"])
 	}
-	listen, admin := port(t, settings["listen"]), port(t, settings["admin"])
+	listen, admin, local := port(t, settings["listen"]), port(t, settings["admin"]), port(t, settings["local-admin"])
 	published := map[uint32]bool{}
 	for _, svc := range []types.ServiceConfig{cicada, prom, grafana} {
 		for _, pc := range svc.Ports {
@@ -104,8 +104,8 @@ func TestCompose(t *testing.T) {
 	for _, pc := range cicada.Ports {
 		published[pc.Target] = true
 	}
-	if !published[uint32(listen)] || !published[uint32(admin)] {
-		t.Errorf("cicada publishes %v, want its listen (%d) and admin (%d) ports", cicada.Ports, listen, admin)
+	if !published[uint32(listen)] || !published[uint32(admin)] || !published[uint32(local)] {
+		t.Errorf("cicada publishes %v, want its listen (%d), admin (%d) and local-admin (%d) ports", cicada.Ports, listen, admin, local)
 	}
 
 	// Prometheus scrapes cicada's admin port.
@@ -288,7 +288,7 @@ func scrapeMetrics(t *testing.T) map[string]map[string]bool {
 		return l.Addr().String()
 	}
 	admin := free()
-	cmd := exec.Command(cicadaBinary(t), "--listen", free(), "--admin", admin, "--upstream", free(), "--log-level", "error")
+	cmd := exec.Command(cicadaBinary(t), "--listen", free(), "--admin", admin, "--local-admin", "", "--upstream", free(), "--log-level", "error")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

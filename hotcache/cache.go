@@ -318,6 +318,14 @@ func nullReply(proto int) []byte {
 	return null2
 }
 
+// resp2 is the reply as a RESP2 client gets it.
+func (r *reply) resp2() []byte {
+	if r.bytes == nil {
+		return null2
+	}
+	return r.bytes
+}
+
 // find returns the published entry of key in db, or nil. Lock-free.
 func (c *Cache) find(db int, h uint64, key []byte) *entry {
 	t := c.table.Load()

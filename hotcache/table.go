@@ -236,9 +236,13 @@ type Item struct {
 	// Hash is the detector's hash of the reply's reads: Hash(DB, Key) for
 	// GET, FieldHash of it for HGET.
 	Hash uint64
-	// Bytes is the length of the cached reply (its RESP encoding, value
-	// included); 0 for a nil reply.
+	// Bytes is the length of the reply as served to a RESP2 client (its
+	// encoding, value included): the same for RESP3 except for a nil
+	// reply, stored once and served as $-1\r\n (5 bytes) in RESP2 or
+	// _\r\n (3) in RESP3; Bytes is 5 for it.
 	Bytes int
+	// Nil: the reply is a nil reply (the key or field does not exist).
+	Nil bool
 	// Expired: the key's TTL has passed (not served; the next sweep drops
 	// it).
 	Expired bool
@@ -253,11 +257,11 @@ func (c *Cache) Items(fn func(Item)) {
 	c.published(func(e *entry) {
 		expired := e.expireAt != 0 && now >= e.expireAt
 		if e.get != nil {
-			fn(Item{DB: int(e.db), Key: e.key, Hash: e.hash, Bytes: len(e.get.bytes), Expired: expired})
+			fn(Item{DB: int(e.db), Key: e.key, Hash: e.hash, Bytes: len(e.get.resp2()), Nil: e.get.bytes == nil, Expired: expired})
 		}
 		for f, r := range e.fields {
 			fn(Item{DB: int(e.db), Key: e.key, Field: f, IsField: true, Hash: FieldHash(e.hash, []byte(f)),
-				Bytes: len(r.bytes), Expired: expired})
+				Bytes: len(r.resp2()), Nil: r.bytes == nil, Expired: expired})
 		}
 	})
 }

@@ -19,8 +19,9 @@ const (
 	maxHotKeysLimit     = 10000
 )
 
-// HotKey is one entry of /debug/hotkeys: a cached GET key or HGET field.
-// Values never appear; Bytes is only a length.
+// HotKey is one entry of /debug/hotkeys (on the local admin listener): a
+// cached GET key or HGET field. Values never appear; Bytes is only a
+// length.
 type HotKey struct {
 	DB  int    `json:"db"`
 	Key string `json:"key"`
@@ -36,8 +37,13 @@ type HotKey struct {
 	// Cached is true while the reply can be served: not past its TTL and
 	// the cache not suspended.
 	Cached bool `json:"cached"`
-	// Bytes is the length of the cached reply (RESP encoding).
+	// Bytes is the length of the reply as served in RESP2 (its encoding,
+	// value included), which RESP3 clients get too, except for a nil
+	// reply: 5 for it ($-1\r\n), served to RESP3 as _\r\n (3 bytes).
 	Bytes int `json:"bytes"`
+	// Nil is true for a nil reply (GET of a missing key, HGET of a
+	// missing field); absent otherwise.
+	Nil bool `json:"nil,omitempty"`
 }
 
 // HotKeys is the body of /debug/hotkeys.
@@ -51,8 +57,9 @@ type HotKeys struct {
 }
 
 // hotKeysHandler serves /debug/hotkeys: the cached hot keys and hash
-// fields with their current rate. Runs on the admin HTTP goroutines; it
-// reads the cache (lock-free) and the detector (atomic loads).
+// fields with their current rate. Runs on the local admin HTTP
+// goroutines; it reads the cache (lock-free) and the detector (atomic
+// loads).
 func (srv *Server) hotKeysHandler(w http.ResponseWriter, r *http.Request) {
 	limit := defaultHotKeysLimit
 	if v := r.URL.Query().Get("limit"); v != "" {
@@ -75,7 +82,7 @@ func (srv *Server) hotKeys(limit int) HotKeys {
 	suspended := srv.cache.Suspended()
 	var keys []HotKey
 	srv.cache.Items(func(it hotcache.Item) {
-		k := HotKey{DB: it.DB, OpsPerSec: srv.det.Estimate(it.Hash), Cached: !it.Expired && !suspended, Bytes: it.Bytes}
+		k := HotKey{DB: it.DB, OpsPerSec: srv.det.Estimate(it.Hash), Cached: !it.Expired && !suspended, Bytes: it.Bytes, Nil: it.Nil}
 		k.Key, k.KeyBase64 = jsonText(it.Key)
 		if it.IsField {
 			f, b := jsonText(it.Field)

@@ -9,9 +9,12 @@ package main
 // set on the command line override; a flag's default never hides a value from
 // the file or the environment.
 //
-// Values are decoded here rather than with koanf's Unmarshal so that every
-// error is one line naming its setting, sizes accept redis.conf units in every
-// layer, and no layer can make a setting silently take a surprising value.
+// Values are decoded (decode.go) rather than with koanf's Unmarshal so that
+// every error is one line naming the setting and the layer its value came
+// from, sizes accept redis.conf units in every layer, and no layer can make
+// a setting silently take a surprising value. The settings table below is
+// the one declaration of each setting: its default, flag, usage, whether it
+// is live (live.go) and, for a number, its bound.
 
 import (
 	"encoding/json"
@@ -28,7 +31,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gobwas/glob"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
@@ -36,8 +38,6 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
-
-	"github.com/cicada-proxy/cicada/cluster"
 )
 
 // version is the build's version, set with -ldflags "-X main.version=...".
@@ -78,11 +78,17 @@ type Config struct {
 	Listen string `koanf:"listen"`
 	// Upstream is the Redis address (host:port). Default "127.0.0.1:6379".
 	Upstream string `koanf:"upstream"`
-	// Admin is the HTTP listen address for /metrics, /healthz and /readyz.
-	// Default ":9121".
+	// Admin is the HTTP listen address for /metrics, /healthz and /readyz,
+	// the pages Prometheus and the kubelet read, and nothing else.
+	// Default ":9121" (every interface).
 	Admin string `koanf:"admin"`
+	// LocalAdmin is the HTTP listen address for the pages that reveal key
+	// names, cost CPU or change settings: /debug/pprof/, /debug/hotkeys
+	// and /config. Default "127.0.0.1:9122" (loopback); "" turns it off.
+	// A host that is not loopback is logged as a warning at start.
+	LocalAdmin string `koanf:"local-admin"`
 	// HotThreshold is the rate, in operations per second on one key over the
-	// 1-s window, at which that key is hot. Default 1000; must be >= 1.
+	// 1-s window, at which that key is hot. Default 1000; 1 to 4294967295.
 	HotThreshold uint32 `koanf:"hot-threshold"`
 	// Loops is the number of event loops, 1 to 256. A configured 0 (the
 	// default) means runtime.GOMAXPROCS(0), capped at 256; Load resolves it,
@@ -163,18 +169,40 @@ type Config struct {
 	// passwordFromFile is set by Load when it has read UpstreamPassword from
 	// UpstreamPasswordFile, so that Validate does not see two sources.
 	passwordFromFile bool
+	// origin names, per key, the layer Load took its value from (see
+	// label); nil for a Config built by hand or from POST /config.
+	origin map[string]string
 }
 
 // byteSize marks a size setting in the settings table: bytes, or a string
 // with a redis.conf unit (see parseSize).
 type byteSize int64
 
-// setting is one configuration key, its default and its flag.
+// setting is one configuration key: its default, its flag's usage, whether
+// it is live, and for a number the values it accepts.
 type setting struct {
 	key    string
 	def    any // string, bool, int, uint32, byteSize, time.Duration or []string
 	usage  string
 	noFlag bool // secrets: only from the file or the environment
+	// live settings change without a restart (live.go: a --config file
+	// edit or POST /config); --help marks them "(live)".
+	live bool
+	// bound is a number's accepted range, checked alike by the decoder
+	// (every layer and POST /config) and by Validate; nil for others.
+	bound *bound
+}
+
+// bound is the inclusive range of a numeric setting: integers, bytes for
+// sizes, nanoseconds for durations. hi math.MaxInt64 means no upper bound
+// (none is shown).
+type bound struct {
+	lo, hi int64
+	// note follows the range in the message ("0 = GOMAXPROCS").
+	note string
+	// offZero: 0 is accepted too while the cache is off
+	// (cache-max-value 0), which only Validate can tell.
+	offZero bool
 }
 
 // settings lists every key in Config order. It is the defaults layer, the
@@ -182,37 +210,51 @@ type setting struct {
 var settings = []setting{
 	{key: "listen", def: ":6380", usage: "RESP listen address (host:port)"},
 	{key: "upstream", def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
-	{key: "admin", def: ":9121", usage: "HTTP admin address for /metrics, /healthz and /readyz"},
-	{key: "hot-threshold", def: uint32(1000), usage: "ops/s on one key (1-s window) at which the key is hot, >= 1"},
-	{key: "loops", def: 0, usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},
-	{key: "cache-max-value", def: byteSize(64 << 10), usage: "replies with a larger value are not cached; 0 disables the cache"},
-	{key: "cache-capacity", def: 10000, usage: "maximum number of cached replies"},
-	{key: "cache-max-bytes", def: byteSize(64 << 20), usage: "maximum bytes held by the cache"},
-	{key: "cache-enabled", def: true, usage: "cache hot keys; false forwards every request and counts no key (live)"},
-	{key: "cache-deny", def: []string{}, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*' (live)"},
+	{key: "admin", def: ":9121", usage: "HTTP address of /metrics, /healthz and /readyz (host:port)"},
+	{key: "local-admin", def: "127.0.0.1:9122", usage: `HTTP address of /debug/pprof/, /debug/hotkeys and /config (host:port, keep it on loopback; "" = off)`},
+	{key: "hot-threshold", def: uint32(1000), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
+		usage: "ops/s on one key (1-s window) at which the key is hot, >= 1"},
+	{key: "loops", def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = GOMAXPROCS"},
+		usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},
+	{key: "cache-max-value", def: byteSize(64 << 10), live: true, bound: &bound{lo: 0, hi: math.MaxInt},
+		usage: "replies with a larger value are not cached; 0 disables the cache"},
+	{key: "cache-capacity", def: 10000, live: true, bound: &bound{lo: 1, hi: maxCacheCapacity, offZero: true},
+		usage: "maximum number of cached replies"},
+	{key: "cache-max-bytes", def: byteSize(64 << 20), live: true, bound: &bound{lo: 1, hi: math.MaxInt64, offZero: true},
+		usage: "maximum bytes held by the cache"},
+	{key: "cache-enabled", def: true, live: true, usage: "cache hot keys; false forwards every request and counts no key"},
+	{key: "cache-deny", def: []string{}, live: true, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*'"},
 	{key: "cluster-address-map", def: []string{}, usage: "Redis Cluster: comma-separated redisHost:port=sidecarHost:port (or :6379=:6380 for any host) rewriting node addresses in CLUSTER SLOTS/SHARDS/NODES and -MOVED/-ASK; not needed when Redis sets cluster-announce-port"},
 	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
 	{key: "upstream-password", def: "", noFlag: true},
 	{key: "upstream-password-file", def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
 	{key: "configure-notifications", def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
-	{key: "dial-timeout", def: 2 * time.Second, usage: "upstream dial timeout, > 0"},
-	{key: "shutdown-timeout", def: 10 * time.Second, usage: "how long in-flight replies may take after SIGTERM"},
-	{key: "commandstats-interval", def: 100 * time.Millisecond, usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
-	{key: "client-query-buffer-limit", def: byteSize(1 << 30), usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
-	{key: "maxclients", def: 10000, usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
-	{key: "max-client-memory", def: byteSize(1 << 30), usage: "bytes of unread replies and unanswered requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
-	{key: "log-level", def: "info", usage: "debug, info, warn or error"},
+	{key: "dial-timeout", def: 2 * time.Second, bound: &bound{lo: 1, hi: math.MaxInt64}, usage: "upstream dial timeout, > 0"},
+	{key: "shutdown-timeout", def: 10 * time.Second, bound: &bound{lo: 0, hi: math.MaxInt64},
+		usage: "how long in-flight replies may take after SIGTERM"},
+	{key: "commandstats-interval", def: 100 * time.Millisecond, bound: &bound{lo: int64(10 * time.Millisecond), hi: int64(time.Minute)},
+		usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
+	{key: "client-query-buffer-limit", def: byteSize(1 << 30), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
+		usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
+	{key: "maxclients", def: 10000, bound: &bound{lo: 1, hi: math.MaxInt},
+		usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
+	{key: "max-client-memory", def: byteSize(1 << 30), bound: &bound{lo: 0, hi: math.MaxInt64},
+		usage: "bytes of unread replies and unanswered requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
+	{key: "log-level", def: "info", live: true, usage: "debug, info, warn or error"},
 	{key: "log-format", def: "json", usage: "json or console"},
 }
 
-func isSetting(key string) bool {
-	for _, s := range settings {
-		if s.key == key {
-			return true
+// lookup returns the setting named key, or nil.
+func lookup(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
 		}
 	}
-	return false
+	return nil
 }
+
+func isSetting(key string) bool { return lookup(key) != nil }
 
 // Load builds the configuration from args (without the program name) and
 // environ (as from os.Environ), reads the --config file and the password
@@ -220,7 +262,9 @@ func isSetting(key string) bool {
 //
 // It returns ErrHelp for -h/--help, ErrVersion for --version, and the
 // Config with ErrChecked for --check-config when the settings are valid;
-// every other error is one line naming the setting, flag or file at fault.
+// every other error is one line naming where the value at fault came from
+// (see label): "--hot-threshold: ...", "CICADA_HOT_THRESHOLD: ...",
+// "<file>: hot-threshold: ...", or the key for a default.
 func Load(args []string, environ []string) (*Config, error) {
 	fs := newFlagSet()
 	if err := fs.Parse(args); err != nil {
@@ -248,9 +292,20 @@ func Load(args []string, environ []string) (*Config, error) {
 	if path == "" {
 		path = lookupEnv(environ, envPrefix+"CONFIG")
 	}
+	origin := map[string]string{} // lowest layer first, so the last one set wins
 	if path != "" {
-		if err := loadFile(k, path); err != nil {
+		keys, err := loadFile(k, path)
+		if err != nil {
 			return nil, oneLine(err)
+		}
+		for _, key := range keys {
+			origin[key] = path + ": " + key
+		}
+	}
+	for _, kv := range environ { // as env.Provider reads them: the last one wins
+		name, value, _ := strings.Cut(kv, "=")
+		if key, _ := envKey(name, value); key != "" && strings.HasPrefix(name, envPrefix) {
+			origin[key] = name
 		}
 	}
 	envLayer := env.Provider(".", env.Opt{
@@ -273,19 +328,24 @@ func Load(args []string, environ []string) (*Config, error) {
 	if err := k.Load(flagLayer, nil); err != nil {
 		return nil, fmt.Errorf("flags: %w", err)
 	}
+	fs.Visit(func(f *pflag.Flag) { // the flags set, as posflag loaded them
+		if isSetting(f.Name) {
+			origin[f.Name] = "--" + f.Name
+		}
+	})
 
-	c, err := decode(k)
+	c, err := decode(k, origin)
 	if err != nil {
 		return nil, err
 	}
 	if c.UpstreamPasswordFile != "" && c.UpstreamPassword == "" {
 		b, err := os.ReadFile(c.UpstreamPasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("upstream-password-file: %w", err)
+			return nil, fmt.Errorf("%s: %w", c.label("upstream-password-file"), err)
 		}
 		c.UpstreamPassword = strings.TrimRight(string(b), "\r\n")
 		if c.UpstreamPassword == "" {
-			return nil, fmt.Errorf("upstream-password-file: %s is empty", c.UpstreamPasswordFile)
+			return nil, fmt.Errorf("%s: %s is empty", c.label("upstream-password-file"), c.UpstreamPasswordFile)
 		}
 		c.passwordFromFile = true
 	}
@@ -313,21 +373,25 @@ func newFlagSet() *pflag.FlagSet {
 		if s.noFlag {
 			continue
 		}
+		usage := s.usage
+		if s.live {
+			usage += " (live)"
+		}
 		switch d := s.def.(type) {
 		case string:
-			fs.String(s.key, d, s.usage)
+			fs.String(s.key, d, usage)
 		case bool:
-			fs.Bool(s.key, d, s.usage)
+			fs.Bool(s.key, d, usage)
 		case int:
-			fs.Var(&textFlag{s: strconv.Itoa(d), typ: "int"}, s.key, s.usage)
+			fs.Var(&textFlag{s: strconv.Itoa(d), typ: "int"}, s.key, usage)
 		case uint32:
-			fs.Var(&textFlag{s: strconv.FormatUint(uint64(d), 10), typ: "uint32"}, s.key, s.usage)
+			fs.Var(&textFlag{s: strconv.FormatUint(uint64(d), 10), typ: "uint32"}, s.key, usage)
 		case time.Duration:
-			fs.Var(&textFlag{s: d.String(), typ: "duration"}, s.key, s.usage)
+			fs.Var(&textFlag{s: d.String(), typ: "duration"}, s.key, usage)
 		case []string: // kept as text: commas inside {a,b} are not separators
-			fs.Var(&textFlag{s: strings.Join(d, ","), typ: "patterns"}, s.key, s.usage)
+			fs.Var(&textFlag{s: strings.Join(d, ","), typ: "patterns"}, s.key, usage)
 		case byteSize:
-			fs.Var(&textFlag{s: formatSize(int64(d)), typ: "size"}, s.key, s.usage)
+			fs.Var(&textFlag{s: formatSize(int64(d)), typ: "size"}, s.key, usage)
 		default:
 			panic(fmt.Sprintf("setting %s: unsupported default type %T", s.key, d))
 		}
@@ -338,7 +402,8 @@ func newFlagSet() *pflag.FlagSet {
 	return fs
 }
 
-// printUsage writes the --help text.
+// printUsage writes the --help text; settings marked live are followed
+// by "(live)".
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: cicada [flags]
 
@@ -349,7 +414,8 @@ flag name in upper case with "_" for "-", e.g. CICADA_HOT_THRESHOLD=500), and
 flags. Sizes take bytes or redis.conf units (1k = 1000, 1kb = 1024, m, mb, g,
 gb); durations take Go syntax (750ms, 2s). The Redis password has no flag: set
 upstream-password in the file, CICADA_UPSTREAM_PASSWORD, or
---upstream-password-file.
+--upstream-password-file. Settings marked (live) change without a restart
+when the --config file is edited, or with POST /config on local-admin.
 
 Flags:
 %s`, newFlagSet().FlagUsages())
@@ -368,30 +434,33 @@ func defaults() map[string]any {
 	return m
 }
 
-// loadFile merges the YAML file at path into k. Unknown keys are an error, so
-// a misspelt setting cannot go unnoticed; a key with no value (YAML null) is
-// ignored.
-func loadFile(k *koanf.Koanf, path string) error {
+// loadFile merges the YAML file at path into k and returns the keys it
+// set. Unknown keys are an error, so a misspelt setting cannot go
+// unnoticed; a key with no value (YAML null) is ignored.
+func loadFile(k *koanf.Koanf, path string) ([]string, error) {
 	f := koanf.New(".")
 	if err := f.Load(file.Provider(path), yaml.Parser()); err != nil {
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) { // already names the file
-			return fmt.Errorf("config: %w", err)
+			return nil, fmt.Errorf("config: %w", err)
 		}
 		if strings.Contains(err.Error(), "cannot unmarshal") {
-			return fmt.Errorf("config: %s: must be a YAML mapping of settings (lines of \"setting: value\")", path)
+			return nil, fmt.Errorf("config: %s: must be a YAML mapping of settings (lines of \"setting: value\")", path)
 		}
-		return fmt.Errorf("config: %s: %w", path, err)
+		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
+	var keys []string
 	for _, key := range f.Keys() {
 		if !isSetting(key) {
-			return fmt.Errorf("config file: unknown setting %q", key)
+			return nil, fmt.Errorf("config file: unknown setting %q", key)
 		}
 		if f.Get(key) == nil {
 			f.Delete(key)
+			continue
 		}
+		keys = append(keys, key)
 	}
-	return k.Merge(f)
+	return keys, k.Merge(f)
 }
 
 // envKey maps CICADA_HOT_THRESHOLD to hot-threshold. Unknown names (such as
@@ -424,291 +493,6 @@ func oneLine(err error) error {
 	return errors.New(strings.Join(strings.Fields(s), " "))
 }
 
-// decode converts the merged values into a Config. Values come as strings
-// (environment), YAML scalars or typed flag values; each conversion error
-// names its key.
-func decode(k *koanf.Koanf) (*Config, error) {
-	d := decoder{k: k}
-	c := &Config{
-		Listen:                 d.str("listen"),
-		Upstream:               d.str("upstream"),
-		Admin:                  d.str("admin"),
-		HotThreshold:           uint32(d.integer("hot-threshold", 0, math.MaxUint32)),
-		Loops:                  int(d.integer("loops", math.MinInt, math.MaxInt)),
-		CacheMaxValue:          int(d.size("cache-max-value")),
-		CacheCapacity:          int(d.integer("cache-capacity", math.MinInt, math.MaxInt)),
-		CacheMaxBytes:          d.size("cache-max-bytes"),
-		CacheEnabled:           d.boolean("cache-enabled"),
-		CacheDeny:              d.patterns("cache-deny"),
-		ClusterAddressMap:      d.addrMap("cluster-address-map"),
-		UpstreamUser:           d.str("upstream-user"),
-		UpstreamPassword:       d.str("upstream-password"),
-		UpstreamPasswordFile:   d.str("upstream-password-file"),
-		ConfigureNotifications: d.boolean("configure-notifications"),
-		DialTimeout:            d.duration("dial-timeout"),
-		ShutdownTimeout:        d.duration("shutdown-timeout"),
-		CommandstatsInterval:   d.duration("commandstats-interval"),
-		ClientQueryBufferLimit: d.size("client-query-buffer-limit"),
-		MaxClients:             int(d.integer("maxclients", math.MinInt, math.MaxInt)),
-		MaxClientMemory:        d.size("max-client-memory"),
-		LogLevel:               strings.ToLower(d.str("log-level")),
-		LogFormat:              strings.ToLower(d.str("log-format")),
-	}
-	return c, d.err
-}
-
-// decoder reads typed values from k, keeping the first error.
-type decoder struct {
-	k   *koanf.Koanf
-	err error
-}
-
-func (d *decoder) fail(key, format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(key+": "+format, args...)
-	}
-}
-
-// str never echoes the value: it may be the password.
-func (d *decoder) str(key string) string {
-	switch v := d.k.Get(key).(type) {
-	case string:
-		return v
-	default:
-		d.fail(key, "must be a string (quote it in YAML), got %s", kindOf(v))
-		return ""
-	}
-}
-
-func (d *decoder) boolean(key string) bool {
-	switch v := d.k.Get(key).(type) {
-	case bool:
-		return v
-	case string:
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			d.fail(key, "invalid boolean %q", v)
-		}
-		return b
-	default:
-		d.fail(key, "must be true or false, got %s", kindOf(v))
-		return false
-	}
-}
-
-// list accepts a list of strings, or one string of items split by split
-// (from the environment or the flag).
-func (d *decoder) list(key string, split func(string) []string) []string {
-	switch v := d.k.Get(key).(type) {
-	case []string:
-		return v
-	case []any:
-		items := make([]string, 0, len(v))
-		for _, x := range v {
-			s, ok := x.(string)
-			if !ok {
-				d.fail(key, "must be a list of strings, got %s in it", kindOf(x))
-				return nil
-			}
-			items = append(items, s)
-		}
-		return items
-	case string:
-		return split(v)
-	default:
-		d.fail(key, "must be a list of strings, got %s", kindOf(v))
-		return nil
-	}
-}
-
-// addrMap accepts what list does, comma-separated; blanks are dropped, and
-// the entries must parse with cluster.ParseAddrMap.
-func (d *decoder) addrMap(key string) []string {
-	out := []string{}
-	for _, e := range d.list(key, func(s string) []string { return strings.Split(s, ",") }) {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	if _, err := cluster.ParseAddrMap(out); err != nil {
-		d.fail(key, "%v", err)
-		return nil
-	}
-	return out
-}
-
-// patterns accepts what list does, comma-separated as splitPatterns
-// splits; blanks are dropped. Each must compile as a glob pattern.
-func (d *decoder) patterns(key string) []string {
-	items := d.list(key, splitPatterns)
-	out := []string{}
-	for _, p := range items {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		if _, err := glob.Compile(p); err != nil {
-			d.fail(key, "bad pattern %q: %v", p, err)
-			return nil
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// splitPatterns splits a comma-separated list of glob patterns, leaving
-// commas inside {a,b} alternatives and [...] classes, or escaped with a
-// backslash, in their pattern.
-func splitPatterns(s string) []string {
-	var out []string
-	depth, class, start := 0, false, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			i++
-		case class:
-			class = c != ']'
-		case c == '[':
-			class = true
-		case c == '{':
-			depth++
-		case c == '}' && depth > 0:
-			depth--
-		case c == ',' && depth == 0:
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
-}
-
-// integer accepts whole numbers in [lo, hi] (decimal in strings).
-func (d *decoder) integer(key string, lo, hi int64) int64 {
-	n, ok := d.whole(key, "integer", func(s string) (int64, bool) {
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		return n, err == nil
-	})
-	if ok && (n < lo || n > hi) {
-		d.fail(key, "%d is out of range [%d, %d]", n, lo, hi)
-		return 0
-	}
-	return n
-}
-
-// size accepts whole numbers of bytes, or strings as parseSize does.
-func (d *decoder) size(key string) int64 {
-	n, ok := d.whole(key, "size", parseSize)
-	if ok && int64(int(n)) != n {
-		d.fail(key, "%d is out of range", n)
-		return 0
-	}
-	return n
-}
-
-// whole converts any integer type, an integral float (YAML 1e6) or a string
-// (with parse) to int64.
-func (d *decoder) whole(key, kind string, parse func(string) (int64, bool)) (int64, bool) {
-	switch v := d.k.Get(key).(type) {
-	case int:
-		return int64(v), true
-	case int64:
-		return v, true
-	case int32:
-		return int64(v), true
-	case uint32:
-		return int64(v), true
-	case uint64:
-		if v <= math.MaxInt64 {
-			return int64(v), true
-		}
-	case float64:
-		if v == math.Trunc(v) && v >= math.MinInt64 && v < math.MaxInt64 {
-			return int64(v), true
-		}
-		d.fail(key, "invalid %s %v: not a whole number in range", kind, v)
-		return 0, false
-	case string:
-		if n, ok := parse(v); ok {
-			return n, true
-		}
-		d.fail(key, "invalid %s %q", kind, v)
-		return 0, false
-	}
-	d.fail(key, "invalid %s: got %s", kind, kindOf(d.k.Get(key)))
-	return 0, false
-}
-
-// kindOf names the type of a value read from YAML without showing it.
-func kindOf(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "a mapping"
-	case []any:
-		return "a list"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case nil:
-		return "null"
-	}
-	return "a number"
-}
-
-func (d *decoder) duration(key string) time.Duration {
-	switch v := d.k.Get(key).(type) {
-	case time.Duration:
-		return v
-	case string:
-		t, err := time.ParseDuration(strings.TrimSpace(v))
-		if err != nil {
-			d.fail(key, "invalid duration %q (use Go syntax such as 750ms or 2s)", v)
-		}
-		return t
-	default:
-		d.fail(key, "invalid duration: got %s (use Go syntax such as 750ms or 2s, quoted in YAML if need be)", kindOf(v))
-		return 0
-	}
-}
-
-// parseSize parses a byte count as redis.conf does: digits, optionally
-// followed by a case-insensitive unit: b = 1, k = 1000, kb = 1024,
-// m = 1000*1000, mb = 1024*1024, g = 1000*1000*1000, gb = 1024*1024*1024.
-func parseSize(s string) (int64, bool) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	digits, unit := s[:i], s[i:]
-	mult := map[string]int64{
-		"": 1, "b": 1,
-		"k": 1000, "kb": 1 << 10,
-		"m": 1000 * 1000, "mb": 1 << 20,
-		"g": 1000 * 1000 * 1000, "gb": 1 << 30,
-	}[unit]
-	if digits == "" || mult == 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || n > math.MaxInt64/mult {
-		return 0, false
-	}
-	return n * mult, true
-}
-
-// formatSize writes n with the largest binary unit that divides it exactly.
-func formatSize(n int64) string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}} {
-		if n != 0 && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
 // textFlag is a pflag.Value holding a number, size or duration flag's text
 // as given; decode parses it, so that a bad value gets the same one-line
 // message from every layer (not pflag's strconv wording).
@@ -724,48 +508,74 @@ func (f *textFlag) Set(s string) error { f.s = s; return nil }
 func (f *textFlag) Type() string { return f.typ }
 
 // Validate checks every setting and returns the first problem as
-// "<setting>: <what is wrong>". It accepts Loops == 0 (GOMAXPROCS) for
-// Configs built by hand.
+// "<label>: <what is wrong>", the label naming where the value came from
+// (see label). It accepts Loops == 0 (GOMAXPROCS) for Configs built by
+// hand. Numbers are checked against their settings' bounds, as the
+// decoder checks them, with the same words.
 func (c *Config) Validate() error {
 	switch {
 	case !isHostPort(c.Listen, 0):
-		return fmt.Errorf("listen: must be host:port, got %q", c.Listen)
+		return c.invalid("listen", "must be host:port, got %q", c.Listen)
 	case !isHostPort(c.Upstream, 1):
-		return fmt.Errorf("upstream: must be host:port with a port from 1 to 65535, got %q", c.Upstream)
+		return c.invalid("upstream", "must be host:port with a port from 1 to 65535, got %q", c.Upstream)
 	case !isHostPort(c.Admin, 0):
-		return fmt.Errorf("admin: must be host:port, got %q", c.Admin)
-	case c.HotThreshold < 1:
-		return fmt.Errorf("hot-threshold: must be >= 1, got %d", c.HotThreshold)
-	case c.Loops < 0 || c.Loops > maxLoops:
-		return fmt.Errorf("loops: must be between 0 (GOMAXPROCS) and %d, got %d", maxLoops, c.Loops)
-	case c.CacheMaxValue < 0:
-		return fmt.Errorf("cache-max-value: must be >= 0, got %d", c.CacheMaxValue)
-	case c.CacheCapacity < 0 || c.CacheMaxValue > 0 && c.CacheCapacity < 1:
-		return fmt.Errorf("cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheCapacity)
-	case c.CacheCapacity > maxCacheCapacity:
-		return fmt.Errorf("cache-capacity: must be at most %d, got %d", maxCacheCapacity, c.CacheCapacity)
-	case c.CacheMaxBytes < 0 || c.CacheMaxValue > 0 && c.CacheMaxBytes < 1:
-		return fmt.Errorf("cache-max-bytes: must be >= 1 (or cache-max-value 0 to disable the cache), got %d", c.CacheMaxBytes)
+		return c.invalid("admin", "must be host:port, got %q", c.Admin)
+	case c.LocalAdmin != "" && !isHostPort(c.LocalAdmin, 0):
+		return c.invalid("local-admin", `must be host:port, or "" for none, got %q`, c.LocalAdmin)
+	}
+	cacheOff := c.CacheMaxValue == 0
+	for _, n := range []struct {
+		key string
+		v   int64
+	}{
+		{"hot-threshold", int64(c.HotThreshold)},
+		{"loops", int64(c.Loops)},
+		{"cache-max-value", int64(c.CacheMaxValue)},
+		{"cache-capacity", int64(c.CacheCapacity)},
+		{"cache-max-bytes", c.CacheMaxBytes},
+		{"dial-timeout", int64(c.DialTimeout)},
+		{"shutdown-timeout", int64(c.ShutdownTimeout)},
+		{"commandstats-interval", int64(c.CommandstatsInterval)},
+		{"client-query-buffer-limit", c.ClientQueryBufferLimit},
+		{"maxclients", int64(c.MaxClients)},
+		{"max-client-memory", c.MaxClientMemory},
+	} {
+		if msg := lookup(n.key).outside(n.v, cacheOff); msg != "" {
+			return c.invalid(n.key, "%s", msg)
+		}
+	}
+	switch {
 	case c.UpstreamPassword != "" && c.UpstreamPasswordFile != "" && !c.passwordFromFile:
-		return errors.New("upstream-password-file: cannot be used together with upstream-password; set only one")
-	case c.DialTimeout <= 0:
-		return fmt.Errorf("dial-timeout: must be > 0, got %s", c.DialTimeout)
-	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("shutdown-timeout: must be >= 0, got %s", c.ShutdownTimeout)
-	case c.CommandstatsInterval < 10*time.Millisecond || c.CommandstatsInterval > time.Minute:
-		return fmt.Errorf("commandstats-interval: must be between 10ms and 1m, got %s", c.CommandstatsInterval)
-	case c.ClientQueryBufferLimit < minQueryBufferLimit:
-		return fmt.Errorf("client-query-buffer-limit: must be >= 1mb (%d), as Redis requires, got %d", minQueryBufferLimit, c.ClientQueryBufferLimit)
-	case c.MaxClients < 1:
-		return fmt.Errorf("maxclients: must be >= 1, got %d", c.MaxClients)
-	case c.MaxClientMemory < 0:
-		return fmt.Errorf("max-client-memory: must be >= 0, got %d", c.MaxClientMemory)
+		other := "upstream-password"
+		if l := c.label(other); l != other {
+			other += " (" + l + ")"
+		}
+		return c.invalid("upstream-password-file", "cannot be used together with %s; set only one", other)
 	case !oneOf(c.LogLevel, "debug", "info", "warn", "error"):
-		return fmt.Errorf("log-level: must be debug, info, warn or error, got %q", c.LogLevel)
+		return c.invalid("log-level", "must be debug, info, warn or error, got %q", c.LogLevel)
 	case !oneOf(c.LogFormat, "json", "console"):
-		return fmt.Errorf("log-format: must be json or console, got %q", c.LogFormat)
+		return c.invalid("log-format", "must be json or console, got %q", c.LogFormat)
 	}
 	return nil
+}
+
+// invalid is a Validate error about key, labelled.
+func (c *Config) invalid(key, format string, args ...any) error {
+	return fmt.Errorf("%s: "+format, append([]any{c.label(key)}, args...)...)
+}
+
+// label names where key's value came from, for an error about it: the
+// flag ("--hot-threshold"), the environment variable
+// ("CICADA_HOT_THRESHOLD"), the file and the key ("/etc/cicada.yaml:
+// hot-threshold"), or else the key itself (a default, a key of a POST
+// /config body, a Config built by hand). It never shows a value.
+func (c *Config) label(key string) string { return labelOf(c.origin, key) }
+
+func labelOf(origin map[string]string, key string) string {
+	if l := origin[key]; l != "" {
+		return l
+	}
+	return key
 }
 
 // isHostPort reports whether s is host:port with a decimal port in
@@ -800,6 +610,7 @@ func (c *Config) Redacted() map[string]any {
 		"listen":                    c.Listen,
 		"upstream":                  c.Upstream,
 		"admin":                     c.Admin,
+		"local-admin":               c.LocalAdmin,
 		"hot-threshold":             c.HotThreshold,
 		"loops":                     c.Loops,
 		"cache-max-value":           c.CacheMaxValue,

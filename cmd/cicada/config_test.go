@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +41,12 @@ func defaultLoops() int { return min(runtime.GOMAXPROCS(0), maxLoops) }
 
 func TestDefaults(t *testing.T) {
 	got := mustLoad(t, nil, nil)
+	got.origin = nil // every value from the defaults
 	want := &Config{
 		Listen:                 ":6380",
 		Upstream:               "127.0.0.1:6379",
 		Admin:                  ":9121",
+		LocalAdmin:             "127.0.0.1:9122",
 		HotThreshold:           1000,
 		Loops:                  defaultLoops(),
 		CacheMaxValue:          65536,
@@ -188,37 +194,40 @@ func TestParseSize(t *testing.T) {
 	tests := []struct {
 		in   string
 		want int64
-		ok   bool
+		err  error // nil, strconv.ErrSyntax or strconv.ErrRange
 	}{
-		{"0", 0, true},
-		{"65536", 65536, true},
-		{"1b", 1, true},
-		{"1k", 1000, true},
-		{"1kb", 1024, true},
-		{"64KB", 64 << 10, true},
-		{"64Kb", 64 << 10, true},
-		{"1m", 1000000, true},
-		{"1mb", 1 << 20, true},
-		{"1M", 1000000, true},
-		{"1g", 1000000000, true},
-		{"1gb", 1 << 30, true},
-		{"3GB", 3 << 30, true},
-		{" 2kb ", 2048, true},
-		{"9223372036854775807", 9223372036854775807, true},
-		{"9223372036854775808", 0, false},
-		{"9000000000gb", 0, false},
-		{"12qb", 0, false},
-		{"kb", 0, false},
-		{"", 0, false},
-		{"-1", 0, false},
-		{"1.5mb", 0, false},
-		{"1 kb", 0, false},
-		{"1kib", 0, false},
+		{"0", 0, nil},
+		{"65536", 65536, nil},
+		{"1b", 1, nil},
+		{"1k", 1000, nil},
+		{"1kb", 1024, nil},
+		{"64KB", 64 << 10, nil},
+		{"64Kb", 64 << 10, nil},
+		{"1m", 1000000, nil},
+		{"1mb", 1 << 20, nil},
+		{"1M", 1000000, nil},
+		{"1g", 1000000000, nil},
+		{"1gb", 1 << 30, nil},
+		{"3GB", 3 << 30, nil},
+		{" 2kb ", 2048, nil},
+		{"9223372036854775807", 9223372036854775807, nil},
+		{"-1", -1, nil}, // no size accepts it: the caller says the range
+		{"-1kb", -1024, nil},
+		{"9223372036854775808", 0, strconv.ErrRange},
+		{"99999999999999999999", 0, strconv.ErrRange},
+		{"9000000000gb", 0, strconv.ErrRange},
+		{"12qb", 0, strconv.ErrSyntax},
+		{"kb", 0, strconv.ErrSyntax},
+		{"", 0, strconv.ErrSyntax},
+		{"--1", 0, strconv.ErrSyntax},
+		{"1.5mb", 0, strconv.ErrSyntax},
+		{"1 kb", 0, strconv.ErrSyntax},
+		{"1kib", 0, strconv.ErrSyntax},
 	}
 	for _, tt := range tests {
-		got, ok := parseSize(tt.in)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		got, err := parseSize(tt.in)
+		if got != tt.want || !errors.Is(err, tt.err) || (err == nil) != (tt.err == nil) {
+			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tt.in, got, err, tt.want, tt.err)
 		}
 	}
 }
@@ -301,7 +310,7 @@ func TestPassword(t *testing.T) {
 	t.Run("both sources", func(t *testing.T) {
 		pw := writeFile(t, "pw", "a\n")
 		_, err := Load([]string{"--upstream-password-file", pw}, []string{"CICADA_UPSTREAM_PASSWORD=b"})
-		want := "upstream-password-file: cannot be used together with upstream-password; set only one"
+		want := "--upstream-password-file: cannot be used together with upstream-password (CICADA_UPSTREAM_PASSWORD); set only one"
 		if err == nil || err.Error() != want {
 			t.Errorf("got %v, want %s", err, want)
 		}
@@ -309,11 +318,11 @@ func TestPassword(t *testing.T) {
 	t.Run("empty or missing file", func(t *testing.T) {
 		empty := writeFile(t, "pw", "\n")
 		_, err := Load([]string{"--upstream-password-file", empty}, nil)
-		if want := "upstream-password-file: " + empty + " is empty"; err == nil || err.Error() != want {
+		if want := "--upstream-password-file: " + empty + " is empty"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %s", err, want)
 		}
 		_, err = Load([]string{"--upstream-password-file", "/nonexistent/pw"}, nil)
-		if want := "upstream-password-file: open /nonexistent/pw: no such file or directory"; err == nil || err.Error() != want {
+		if want := "--upstream-password-file: open /nonexistent/pw: no such file or directory"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %s", err, want)
 		}
 	})
@@ -355,19 +364,23 @@ func TestValidateErrors(t *testing.T) {
 		{"upstream", func(c *Config) { c.Upstream = "localhost" }, `upstream: must be host:port with a port from 1 to 65535, got "localhost"`},
 		{"upstream port 0", func(c *Config) { c.Upstream = "localhost:0" }, `upstream: must be host:port with a port from 1 to 65535, got "localhost:0"`},
 		{"admin", func(c *Config) { c.Admin = ":65536" }, `admin: must be host:port, got ":65536"`},
-		{"hot-threshold", func(c *Config) { c.HotThreshold = 0 }, "hot-threshold: must be >= 1, got 0"},
-		{"loops negative", func(c *Config) { c.Loops = -1 }, "loops: must be between 0 (GOMAXPROCS) and 256, got -1"},
-		{"loops too many", func(c *Config) { c.Loops = 257 }, "loops: must be between 0 (GOMAXPROCS) and 256, got 257"},
+		{"local-admin", func(c *Config) { c.LocalAdmin = "9122" }, `local-admin: must be host:port, or "" for none, got "9122"`},
+		{"hot-threshold", func(c *Config) { c.HotThreshold = 0 }, "hot-threshold: must be between 1 and 4294967295, got 0"},
+		{"loops negative", func(c *Config) { c.Loops = -1 }, "loops: must be between 0 and 256, 0 = GOMAXPROCS, got -1"},
+		{"loops too many", func(c *Config) { c.Loops = 257 }, "loops: must be between 0 and 256, 0 = GOMAXPROCS, got 257"},
 		{"cache-max-value", func(c *Config) { c.CacheMaxValue = -1 }, "cache-max-value: must be >= 0, got -1"},
-		{"cache-capacity", func(c *Config) { c.CacheCapacity = 0 }, "cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got 0"},
-		{"cache-capacity negative, cache off", func(c *Config) { c.CacheMaxValue, c.CacheCapacity = 0, -1 }, "cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got -1"},
-		{"cache-max-bytes", func(c *Config) { c.CacheMaxBytes = 0 }, "cache-max-bytes: must be >= 1 (or cache-max-value 0 to disable the cache), got 0"},
+		{"cache-capacity", func(c *Config) { c.CacheCapacity = 0 }, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0"},
+		{"cache-capacity too many", func(c *Config) { c.CacheCapacity = 1<<24 + 1 }, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 16777217"},
+		{"cache-capacity negative, cache off", func(c *Config) { c.CacheMaxValue, c.CacheCapacity = 0, -1 }, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got -1"},
+		{"cache-max-bytes", func(c *Config) { c.CacheMaxBytes = 0 }, "cache-max-bytes: must be >= 1, or 0 with cache-max-value 0 (the cache off), got 0"},
 		{"password twice", func(c *Config) { c.UpstreamPassword, c.UpstreamPasswordFile = "a", "/pw" }, "upstream-password-file: cannot be used together with upstream-password; set only one"},
 		{"dial-timeout", func(c *Config) { c.DialTimeout = 0 }, "dial-timeout: must be > 0, got 0s"},
-		{"shutdown-timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "shutdown-timeout: must be >= 0, got -1s"},
+		{"shutdown-timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "shutdown-timeout: must be >= 0s, got -1s"},
 		{"commandstats-interval short", func(c *Config) { c.CommandstatsInterval = 9 * time.Millisecond }, "commandstats-interval: must be between 10ms and 1m, got 9ms"},
 		{"commandstats-interval long", func(c *Config) { c.CommandstatsInterval = time.Hour }, "commandstats-interval: must be between 10ms and 1m, got 1h0m0s"},
-		{"client-query-buffer-limit", func(c *Config) { c.ClientQueryBufferLimit = 1<<20 - 1 }, "client-query-buffer-limit: must be >= 1mb (1048576), as Redis requires, got 1048575"},
+		{"client-query-buffer-limit", func(c *Config) { c.ClientQueryBufferLimit = 1<<20 - 1 }, "client-query-buffer-limit: must be >= 1mb (1048576), Redis's minimum, got 1048575"},
+		{"maxclients", func(c *Config) { c.MaxClients = 0 }, "maxclients: must be >= 1, got 0"},
+		{"max-client-memory", func(c *Config) { c.MaxClientMemory = -1 }, "max-client-memory: must be >= 0, got -1"},
 		{"log-level", func(c *Config) { c.LogLevel = "verbose" }, `log-level: must be debug, info, warn or error, got "verbose"`},
 		{"log-format", func(c *Config) { c.LogFormat = "xml" }, `log-format: must be json or console, got "xml"`},
 	}
@@ -385,7 +398,8 @@ func TestValidateErrors(t *testing.T) {
 	// Edge values that are valid.
 	ok := []func(c *Config){
 		func(c *Config) { c.Loops = 0 },
-		func(c *Config) { c.Listen, c.Admin = "127.0.0.1:0", "[::1]:0" },
+		func(c *Config) { c.Listen, c.Admin, c.LocalAdmin = "127.0.0.1:0", "[::1]:0", "" },
+		func(c *Config) { c.LocalAdmin = "localhost:0" },
 		func(c *Config) { c.Upstream = ":6379" },
 		func(c *Config) { c.CacheMaxValue, c.CacheCapacity, c.CacheMaxBytes = 0, 0, 0 },
 		func(c *Config) { c.ShutdownTimeout = 0 },
@@ -418,23 +432,23 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown key", []string{"--config", typo}, nil, `config file: unknown setting "hot-treshold"`},
 		{"unknown nested key", []string{"--config", nested}, nil, `config file: unknown setting "cache.capacity"`},
 		{"broken yaml", []string{"--config", broken}, nil, "config: " + broken + ": yaml: line 1: did not find expected node content"},
-		{"validation via env", nil, []string{"CICADA_HOT_THRESHOLD=0"}, "hot-threshold: must be >= 1, got 0"},
-		{"bad size env", nil, []string{"CICADA_CACHE_MAX_VALUE=12qb"}, `cache-max-value: invalid size "12qb"`},
-		{"bad size flag", []string{"--cache-max-value", "12qb"}, nil, `cache-max-value: invalid size "12qb"`},
-		{"bad integer env", nil, []string{"CICADA_LOOPS=four"}, `loops: invalid integer "four"`},
-		{"uint32 overflow", nil, []string{"CICADA_HOT_THRESHOLD=4294967296"}, "hot-threshold: 4294967296 is out of range [0, 4294967295]"},
-		{"negative uint32", nil, []string{"CICADA_HOT_THRESHOLD=-1"}, "hot-threshold: -1 is out of range [0, 4294967295]"},
-		{"bad bool env", nil, []string{"CICADA_CONFIGURE_NOTIFICATIONS=yes"}, `configure-notifications: invalid boolean "yes"`},
-		{"bad duration env", nil, []string{"CICADA_DIAL_TIMEOUT=2"}, `dial-timeout: invalid duration "2" (use Go syntax such as 750ms or 2s)`},
-		{"bad log level", []string{"--log-level", "trace"}, nil, `log-level: must be debug, info, warn or error, got "trace"`},
-		{"flag parse", []string{"--loops", "x"}, nil, `loops: invalid integer "x"`},
+		{"validation via env", nil, []string{"CICADA_HOT_THRESHOLD=0"}, "CICADA_HOT_THRESHOLD: must be between 1 and 4294967295, got 0"},
+		{"bad size env", nil, []string{"CICADA_CACHE_MAX_VALUE=12qb"}, `CICADA_CACHE_MAX_VALUE: invalid size "12qb"`},
+		{"bad size flag", []string{"--cache-max-value", "12qb"}, nil, `--cache-max-value: invalid size "12qb"`},
+		{"bad integer env", nil, []string{"CICADA_LOOPS=four"}, `CICADA_LOOPS: invalid integer "four"`},
+		{"uint32 overflow", nil, []string{"CICADA_HOT_THRESHOLD=4294967296"}, "CICADA_HOT_THRESHOLD: must be between 1 and 4294967295, got 4294967296"},
+		{"negative uint32", nil, []string{"CICADA_HOT_THRESHOLD=-1"}, "CICADA_HOT_THRESHOLD: must be between 1 and 4294967295, got -1"},
+		{"bad bool env", nil, []string{"CICADA_CONFIGURE_NOTIFICATIONS=yes"}, `CICADA_CONFIGURE_NOTIFICATIONS: invalid boolean "yes"`},
+		{"bad duration env", nil, []string{"CICADA_DIAL_TIMEOUT=2"}, `CICADA_DIAL_TIMEOUT: invalid duration "2" (use Go syntax such as 750ms or 2s)`},
+		{"bad log level", []string{"--log-level", "trace"}, nil, `--log-level: must be debug, info, warn or error, got "trace"`},
+		{"flag parse", []string{"--loops", "x"}, nil, `--loops: invalid integer "x"`},
 		{"flag without value", []string{"--listen"}, nil, "flag needs an argument: --listen"},
 		{"file not a mapping", []string{"--config", list}, nil, "config: " + list + ": must be a YAML mapping of settings (lines of \"setting: value\")"},
 		{"unknown flag", []string{"--hot-treshold", "5"}, nil, "unknown flag: --hot-treshold"},
 		{"positional", []string{"extra"}, nil, `unexpected argument "extra": cicada takes only flags`},
 		{"bad address map", []string{"--cluster-address-map", "127.0.0.1:7000=:7100"}, nil,
-			`cluster-address-map: cluster: address map: port-only side paired with a host side: "127.0.0.1:7000=:7100"`},
-		{"address map port", nil, []string{"CICADA_CLUSTER_ADDRESS_MAP=:6379=:0"}, `cluster-address-map: cluster: address map: bad port: ":6379=:0": "0": want 1-65535`},
+			`--cluster-address-map: cluster: address map: port-only side paired with a host side: "127.0.0.1:7000=:7100"`},
+		{"address map port", nil, []string{"CICADA_CLUSTER_ADDRESS_MAP=:6379=:0"}, `CICADA_CLUSTER_ADDRESS_MAP: cluster: address map: bad port: ":6379=:0": "0": want 1-65535`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -449,12 +463,13 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load([]string{"--config", dup}, nil); err == nil || strings.Contains(err.Error(), "\n") {
 		t.Errorf("duplicate key: got %q, want a one-line error", err)
 	}
-	// A wrongly typed YAML value names its setting.
+	// A wrongly typed YAML value names the file and its setting.
 	for _, body := range []string{"listen: [a]\n", "admin: 9121\n", "loops: two\n", "configure-notifications: 1\n", "dial-timeout: 5\n", "hot-threshold: 1.5\n", "cache-max-value: 1e30\n", "cache-capacity: true\n"} {
 		key, _, _ := strings.Cut(body, ":")
-		_, err := Load([]string{"--config", writeFile(t, "c.yaml", body)}, nil)
-		if err == nil || !strings.HasPrefix(err.Error(), key+": ") {
-			t.Errorf("%q: got %v, want an error starting with %q", body, err, key+": ")
+		path := writeFile(t, "c.yaml", body)
+		_, err := Load([]string{"--config", path}, nil)
+		if want := path + ": " + key + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error starting with %q", body, err, want)
 		}
 	}
 }
@@ -495,7 +510,7 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Errorf("--version: exit %d, output %q", code, out.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), []string{"--hot-threshold", "0"}, nil, &out, &errOut); code != 2 || errOut.String() != "cicada: hot-threshold: must be >= 1, got 0\n" {
+	if code := run(context.Background(), []string{"--hot-threshold", "0"}, nil, &out, &errOut); code != 2 || errOut.String() != "cicada: --hot-threshold: must be between 1 and 4294967295, got 0\n" {
 		t.Errorf("bad setting: exit %d, stderr %q", code, errOut.String())
 	}
 }
@@ -511,5 +526,224 @@ func TestCheckConfig(t *testing.T) {
 	out.Reset()
 	if code := run(context.Background(), []string{"--check-config", "--loops", "-1"}, nil, &out, &errOut); code != 2 || out.Len() != 0 {
 		t.Errorf("bad setting: exit %d, output %q", code, out.String())
+	}
+}
+
+// TestUsageMarksLive: --help marks "(live)" every setting that changes
+// without a restart, and only those.
+func TestUsageMarksLive(t *testing.T) {
+	var b bytes.Buffer
+	printUsage(&b)
+	_, flags, ok := strings.Cut(b.String(), "\nFlags:\n")
+	if !ok {
+		t.Fatalf("no Flags: section in\n%s", b.String())
+	}
+	var marked, all []string
+	for _, line := range strings.Split(flags, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "--") {
+			continue
+		}
+		key := strings.TrimPrefix(f[0], "--")
+		all = append(all, key)
+		if strings.Count(line, "(live)") > 1 {
+			t.Errorf("--%s marked live twice: %q", key, line)
+		}
+		if strings.Contains(line, "(live)") {
+			marked = append(marked, key)
+		}
+	}
+	want := []string{"hot-threshold", "cache-max-value", "cache-capacity", "cache-max-bytes", "cache-enabled", "cache-deny", "log-level"}
+	if !slices.Equal(marked, want) {
+		t.Errorf("marked (live): %q, want %q (of %q)", marked, want, all)
+	}
+	if !slices.Equal(liveKeys, want) {
+		t.Errorf("liveKeys %q, want %q", liveKeys, want)
+	}
+}
+
+// TestBoundWording: a number out of its setting's range gets the same
+// words whichever layer it came from and whether the decoder (a value
+// beyond the field's type) or Validate (one the type holds) caught it,
+// and every error names where the value came from: the flag, the
+// environment variable, or the file and key.
+func TestBoundWording(t *testing.T) {
+	type layer struct {
+		name string
+		// load returns Load's arguments setting key to value, and the
+		// label errors about it must start with.
+		load func(t *testing.T, key, value string) (args, environ []string, label string)
+	}
+	layers := []layer{
+		{"flag", func(_ *testing.T, key, value string) ([]string, []string, string) {
+			return []string{"--" + key + "=" + value}, nil, "--" + key
+		}},
+		{"env", func(_ *testing.T, key, value string) ([]string, []string, string) {
+			name := "CICADA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+			return nil, []string{name + "=" + value}, name
+		}},
+		{"file", func(t *testing.T, key, value string) ([]string, []string, string) {
+			path := writeFile(t, "c.yaml", key+": "+value+"\n") // unquoted: YAML types it
+			return []string{"--config", path}, nil, path + ": " + key
+		}},
+	}
+	same := []struct{ key, value, want string }{
+		{"hot-threshold", "-1", "must be between 1 and 4294967295, got -1"},                 // decoder: not a uint32
+		{"hot-threshold", "0", "must be between 1 and 4294967295, got 0"},                   // Validate
+		{"hot-threshold", "4294967296", "must be between 1 and 4294967295, got 4294967296"}, // decoder
+		{"hot-threshold", "abc", `invalid integer "abc"`},
+		{"loops", "257", "must be between 0 and 256, 0 = GOMAXPROCS, got 257"},
+		{"loops", "-1", "must be between 0 and 256, 0 = GOMAXPROCS, got -1"},
+		{"cache-capacity", "0", "must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0"},
+		{"cache-capacity", "-1", "must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got -1"},
+		{"cache-max-value", "-1", "must be >= 0, got -1"},
+		{"client-query-buffer-limit", "1048575", "must be >= 1mb (1048576), Redis's minimum, got 1048575"},
+		{"client-query-buffer-limit", "-1", "must be >= 1mb (1048576), Redis's minimum, got -1"},
+		{"client-query-buffer-limit", "0", "must be >= 1mb (1048576), Redis's minimum, got 0"},
+		{"max-client-memory", "-1", "must be >= 0, got -1"},
+		{"maxclients", "0", "must be >= 1, got 0"},
+		{"commandstats-interval", "9ms", "must be between 10ms and 1m, got 9ms"},
+		{"dial-timeout", "0s", "must be > 0, got 0s"},
+		{"shutdown-timeout", "-1s", "must be >= 0s, got -1s"},
+		{"local-admin", "nonsense", `must be host:port, or "" for none, got "nonsense"`},
+		{"log-format", "xml", `must be json or console, got "xml"`},
+	}
+	for _, l := range layers {
+		for _, tt := range same {
+			t.Run(l.name+"/"+tt.key+"="+tt.value, func(t *testing.T) {
+				args, environ, label := l.load(t, tt.key, tt.value)
+				_, err := Load(args, environ)
+				if want := label + ": " + tt.want; err == nil || err.Error() != want {
+					t.Errorf("got %v, want %s", err, want)
+				}
+			})
+		}
+	}
+
+	// Values only some layers can write.
+	file := func(body string) []string { return []string{"--config", writeFile(t, "c.yaml", body)} }
+	for _, tt := range []struct {
+		name          string
+		args, environ []string
+		want          string // after the label
+	}{
+		{"env beyond int64", nil, []string{"CICADA_HOT_THRESHOLD=99999999999999999999"}, "must be between 1 and 4294967295, got 99999999999999999999"},
+		{"flag beyond int64", []string{"--hot-threshold", "99999999999999999999"}, nil, "must be between 1 and 4294967295, got 99999999999999999999"},
+		{"size beyond int64", []string{"--cache-max-bytes", "9000000000gb"}, nil, "must be >= 1, or 0 with cache-max-value 0 (the cache off), got 9000000000gb"},
+		{"file beyond int64", file("hot-threshold: 99999999999999999999\n"), nil, "must be between 1 and 4294967295, got 1e+20"},
+		{"file boolean", file("hot-threshold: true\n"), nil, "invalid integer: got a boolean"},
+		{"file fraction", file("hot-threshold: 1.5\n"), nil, "invalid integer 1.5: not a whole number"},
+		{"env fraction", nil, []string{"CICADA_HOT_THRESHOLD=1.5"}, `invalid integer "1.5"`},
+		{"negative size with a unit", nil, []string{"CICADA_MAX_CLIENT_MEMORY=-1kb"}, "must be >= 0, got -1024"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.args, tt.environ)
+			if err == nil || !strings.HasSuffix(err.Error(), ": "+tt.want) {
+				t.Errorf("got %v, want ...: %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestErrorNamesWinningLayer: an error is about the value in force, so it
+// names the highest layer that set it; a bad value a higher layer
+// overrides is no error. A password's value never shows.
+func TestErrorNamesWinningLayer(t *testing.T) {
+	bad := writeFile(t, "c.yaml", "hot-threshold: 0\n")
+	pw := writeFile(t, "pw", "x\n")
+	tests := []struct {
+		name          string
+		args, environ []string
+		want          string // "" for no error
+	}{
+		{"file", []string{"--config", bad}, nil, bad + ": hot-threshold: must be between 1 and 4294967295, got 0"},
+		{"env over file", []string{"--config", bad}, []string{"CICADA_HOT_THRESHOLD=abc"}, `CICADA_HOT_THRESHOLD: invalid integer "abc"`},
+		{"flag over env", []string{"--hot-threshold", "-1"}, []string{"CICADA_HOT_THRESHOLD=5"}, "--hot-threshold: must be between 1 and 4294967295, got -1"},
+		{"flag fixes file", []string{"--config", bad, "--hot-threshold", "5"}, nil, ""},
+		{"env fixes file", []string{"--config", bad}, []string{"CICADA_HOT_THRESHOLD=5"}, ""},
+		{"last variable wins", nil, []string{"CICADA_HOT_THRESHOLD=5", "CICADA_HOT_THRESHOLD=0"}, "CICADA_HOT_THRESHOLD: must be between 1 and 4294967295, got 0"},
+		{"default key", []string{"--cache-max-value", "1"}, []string{"CICADA_CACHE_CAPACITY=0"}, "CICADA_CACHE_CAPACITY: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0"},
+		{"password twice", []string{"--upstream-password-file", pw}, []string{"CICADA_UPSTREAM_PASSWORD=hunter2"},
+			"--upstream-password-file: cannot be used together with upstream-password (CICADA_UPSTREAM_PASSWORD); set only one"},
+		{"password typed wrong", []string{"--config", writeFile(t, "p.yaml", "upstream-password: 987654\n")}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.args, tt.environ)
+			switch {
+			case tt.name == "password typed wrong":
+				if err == nil || strings.Contains(err.Error(), "987654") || !strings.HasSuffix(err.Error(), ": upstream-password: must be a string (quote it in YAML), got a number") {
+					t.Errorf("got %v, want the file and key, without the value", err)
+				}
+			case tt.want == "" && err != nil:
+				t.Errorf("got %v, want no error", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Errorf("got %v, want %s", err, tt.want)
+			case err != nil && strings.Contains(err.Error(), "hunter2"):
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestBoundsValidated: Validate checks every bounded setting (a Config
+// built by hand has not been through the decoder), in the decoder's
+// words.
+func TestBoundsValidated(t *testing.T) {
+	typ := reflect.TypeFor[Config]()
+	checked := 0
+	defer func() {
+		if checked < 12 {
+			t.Errorf("%d values checked, want every bounded setting's", checked)
+		}
+	}()
+	for _, s := range settings {
+		if s.bound == nil {
+			continue
+		}
+		i := slices.IndexFunc(reflect.VisibleFields(typ), func(f reflect.StructField) bool { return f.Tag.Get("koanf") == s.key })
+		if i < 0 {
+			t.Fatalf("no Config field for %s", s.key)
+		}
+		var outside []int64
+		if s.bound.lo > math.MinInt64 {
+			outside = append(outside, s.bound.lo-1)
+		}
+		if s.bound.hi < math.MaxInt64 {
+			outside = append(outside, s.bound.hi+1)
+		}
+		for _, n := range outside {
+			c := *mustLoad(t, nil, nil)
+			f := reflect.ValueOf(&c).Elem().Field(i)
+			switch {
+			case f.CanInt() && !f.OverflowInt(n):
+				f.SetInt(n)
+			case f.CanUint() && n >= 0 && !f.OverflowUint(uint64(n)):
+				f.SetUint(uint64(n))
+			default:
+				continue // the field cannot hold it
+			}
+			want := s.key + ": " + s.outside(n, false)
+			checked++
+			if err := c.Validate(); err == nil || err.Error() != want || !strings.Contains(want, s.rangeText()) {
+				t.Errorf("%s = %d: Validate %v, want %s", s.key, n, err, want)
+			}
+		}
+	}
+}
+
+// TestLocalAdminDefault: the pages that list key names and profile the
+// process listen on loopback unless told otherwise, and "" (from the file
+// or the flag) turns them off.
+func TestLocalAdminDefault(t *testing.T) {
+	c := mustLoad(t, nil, nil)
+	host, _, err := net.SplitHostPort(c.LocalAdmin)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("default local-admin %q, want a loopback address", c.LocalAdmin)
+	}
+	for _, args := range [][]string{{"--local-admin", ""}, {"--local-admin="}, {"--config", writeFile(t, "c.yaml", "local-admin: \"\"\n")}} {
+		if got := mustLoad(t, args, nil).LocalAdmin; got != "" {
+			t.Errorf("%q: local-admin %q, want off", args, got)
+		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -26,8 +26,17 @@ import (
 )
 
 // liveKeys are the settings that change without a restart, through an
-// edit of the --config file or POST /config on the admin listener.
-var liveKeys = []string{"hot-threshold", "cache-capacity", "cache-max-bytes", "cache-max-value", "cache-enabled", "cache-deny", "log-level"}
+// edit of the --config file or POST /config on the local admin listener:
+// those marked live in the settings table, in its order.
+var liveKeys = func() []string {
+	var keys []string
+	for _, s := range settings {
+		if s.live {
+			keys = append(keys, s.key)
+		}
+	}
+	return keys
+}()
 
 // fileDebounce is how long a file edit must be quiet before it is read:
 // one save can fire several events, the first on a half-written file.
@@ -112,8 +121,9 @@ func (l *live) changeLocked(next *Config, source string) []string {
 		return nil
 	}
 	n := *l.cur
-	n.HotThreshold, n.CacheCapacity, n.CacheMaxBytes, n.CacheMaxValue = next.HotThreshold, next.CacheCapacity, next.CacheMaxBytes, next.CacheMaxValue
-	n.CacheEnabled, n.CacheDeny, n.LogLevel = next.CacheEnabled, slices.Clone(next.CacheDeny), next.LogLevel
+	for _, k := range liveKeys {
+		setLive(&n, next, k)
+	}
 	l.det.SetThreshold(n.HotThreshold)
 	l.applyCache(&n)
 	if lvl, err := zapLevel(n.LogLevel); err == nil {
@@ -125,10 +135,12 @@ func (l *live) changeLocked(next *Config, source string) []string {
 
 // reloadFile loads every layer again (the file re-read) and applies the
 // live settings the file changed since the last load; other settings it
-// changed are logged as waiting for a restart. A file that does not load
-// or validate changes nothing (and a later write of the same file is
-// tried again); an empty file is taken for one being rewritten (truncated,
-// not yet written) and ignored.
+// changed to a value other than the one in force (the one Cicada started
+// with) are logged as waiting for a restart, so a file edited back to the
+// value in force warns no more. A file that does not load or validate
+// changes nothing (and a later write of the same file is tried again); an
+// empty file is taken for one being rewritten (truncated, not yet
+// written) and ignored.
 func (l *live) reloadFile(path string) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
 		l.log.Warn("configuration file is empty; the settings in force are kept until it is written", zap.String("path", path))
@@ -141,15 +153,19 @@ func (l *live) reloadFile(path string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	before, after := l.fromFile.Redacted(), next.Redacted()
+	before, after, inForce := l.fromFile.Redacted(), next.Redacted(), l.cur.Redacted()
 	edited := *l.cur
+	edited.origin = next.origin // the values edited came from these layers
 	var restart []string
-	for k := range after {
+	for _, s := range settings {
+		k := s.key
 		if same(before[k], after[k]) {
 			continue
 		}
-		if !slices.Contains(liveKeys, k) {
-			restart = append(restart, k)
+		if !s.live {
+			if !same(inForce[k], after[k]) {
+				restart = append(restart, k)
+			}
 			continue
 		}
 		setLive(&edited, next, k)
@@ -172,7 +188,8 @@ func same(a, b any) bool {
 	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
-// setLive copies live setting k from src to dst.
+// setLive copies live setting k from src to dst. It panics for a key not
+// live: every setting marked live must be handled here.
 func setLive(dst, src *Config, k string) {
 	switch k {
 	case "hot-threshold":
@@ -189,6 +206,8 @@ func setLive(dst, src *Config, k string) {
 		dst.CacheDeny = slices.Clone(src.CacheDeny)
 	case "log-level":
 		dst.LogLevel = src.LogLevel
+	default:
+		panic("setLive: " + k + " is not a live setting")
 	}
 }
 
@@ -245,15 +264,15 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 	}
 }
 
-// ServeHTTP serves /config: GET returns the settings in force as JSON
-// (the password redacted) with the list of live ones; POST takes a JSON
-// object of live settings (values as in the YAML file), validates all of
-// them and applies them together, or changes nothing and answers 400 with
-// the reason. The admin listener has no authentication, so POST is
-// accepted only from loopback, only as application/json, only without an
-// Origin header and only for a loopback Host: a web page in a browser on
-// the same machine can send none of these (cross-site request forgery, DNS
-// rebinding).
+// ServeHTTP serves /config on the local admin listener: GET returns the
+// settings in force as JSON (the password redacted) with the list of live
+// ones; POST takes a JSON object of live settings (values as in the YAML
+// file), validates all of them and applies them together, or changes
+// nothing and answers 400 with the reason, naming the body's key at fault.
+// The listener has no authentication, so POST is accepted only from
+// loopback, only as application/json, only without an Origin header and
+// only for a loopback Host: a web page in a browser on the same machine
+// can send none of these (cross-site request forgery, DNS rebinding).
 func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
@@ -297,29 +316,19 @@ func (l *live) post(m map[string]any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := *l.cur
+	next.origin = nil // errors name the body's keys
 	d := decoder{k: k}
-	for key := range m {
-		switch key {
-		case "hot-threshold":
-			next.HotThreshold = uint32(d.integer(key, 0, math.MaxUint32))
-		case "cache-capacity":
-			next.CacheCapacity = int(d.integer(key, math.MinInt, math.MaxInt))
-		case "cache-max-bytes":
-			next.CacheMaxBytes = d.size(key)
-		case "cache-max-value":
-			next.CacheMaxValue = int(d.size(key))
-		case "cache-enabled":
-			next.CacheEnabled = d.boolean(key)
-		case "cache-deny":
-			next.CacheDeny = d.patterns(key)
-		case "log-level":
-			next.LogLevel = strings.ToLower(d.str(key))
-		default:
-			if isSetting(key) {
-				return fmt.Errorf("%s: not a live setting; it takes a restart (live: %s)", key, strings.Join(liveKeys, ", "))
-			}
+	keys := slices.Sorted(maps.Keys(m)) // the first error is the same at every try
+	for _, key := range keys {
+		switch s := lookup(key); {
+		case s == nil:
 			return fmt.Errorf("%s: unknown setting", key)
+		case !s.live:
+			return fmt.Errorf("%s: not a live setting; it takes a restart (live: %s)", key, strings.Join(liveKeys, ", "))
 		}
+	}
+	for _, key := range keys {
+		d.set(&next, key)
 	}
 	if d.err != nil {
 		return d.err

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,10 +39,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// running is a Cicada started with run(), as main starts it.
+// running is a Cicada started with run(), as main starts it: admin and
+// local are its two admin listeners' addresses.
 type running struct {
-	addr, admin string
-	logs        *syncBuffer
+	addr, admin, local string
+	logs               *syncBuffer
 }
 
 func startRun(t *testing.T, args ...string) *running {
@@ -50,11 +52,12 @@ func startRun(t *testing.T, args ...string) *running {
 	p := &running{
 		addr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 		admin: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		local: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 		logs:  &syncBuffer{},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	all := append([]string{"--listen", p.addr, "--admin", p.admin, "--upstream", r.Addr, "--loops", "1"}, args...)
+	all := append([]string{"--listen", p.addr, "--admin", p.admin, "--local-admin", p.local, "--upstream", r.Addr, "--loops", "1"}, args...)
 	go func() { done <- run(ctx, all, nil, io.Discard, p.logs) }()
 	t.Cleanup(func() {
 		cancel()
@@ -66,9 +69,20 @@ func startRun(t *testing.T, args ...string) *running {
 	return p
 }
 
+// get requests path from the admin listener.
 func (p *running) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + p.admin + path)
+	return httpGet("http://" + p.admin + path)
+}
+
+// getLocal requests path from the local admin listener.
+func (p *running) getLocal(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return httpGet("http://" + p.local + path)
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -79,7 +93,7 @@ func (p *running) get(t *testing.T, path string) (int, string) {
 
 func (p *running) post(t *testing.T, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post("http://"+p.admin+"/config", "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+p.local+"/config", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +105,7 @@ func (p *running) post(t *testing.T, body string) (int, string) {
 // setting returns one setting in force from GET /config.
 func (p *running) setting(t *testing.T, key string) string {
 	t.Helper()
-	_, body := p.get(t, "/config")
+	_, body := p.getLocal(t, "/config")
 	var c struct{ Settings map[string]any }
 	if err := json.Unmarshal([]byte(body), &c); err != nil {
 		t.Fatalf("GET /config: %v: %s", err, body)
@@ -176,7 +190,7 @@ func TestLiveConfigFile(t *testing.T) {
 
 	write("hot-threshold: 0\ncache-deny: []\n") // invalid: nothing changes
 	waitUntil(t, "the rejection logged", func() bool {
-		return strings.Contains(p.logs.String(), `configuration file rejected; the settings in force are kept","error":"hot-threshold: must be >= 1, got 0"`)
+		return strings.Contains(p.logs.String(), `configuration file rejected; the settings in force are kept","error":"`+path+`: hot-threshold: must be between 1 and 4294967295, got 0"`)
 	})
 	if got := p.setting(t, "cache-deny"); got != "[session:*]" {
 		t.Errorf("a rejected file changed cache-deny to %q", got)
@@ -224,8 +238,8 @@ func TestLiveConfigAdmin(t *testing.T) {
 	waitUntil(t, "k cached", func() bool { return p.hits(t, rc, "k", 20) > 0 })
 
 	for body, want := range map[string]string{
-		`{"hot-threshold": 50, "cache-capacity": 0}`: "cache-capacity: must be >= 1 (or cache-max-value 0 to disable the cache), got 0\n",
-		`{"listen": ":1"}`:                           "listen: not a live setting; it takes a restart (live: hot-threshold, cache-capacity, cache-max-bytes, cache-max-value, cache-enabled, cache-deny, log-level)\n",
+		`{"hot-threshold": 50, "cache-capacity": 0}`: "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0\n",
+		`{"listen": ":1"}`:                           "listen: not a live setting; it takes a restart (live: hot-threshold, cache-max-value, cache-capacity, cache-max-bytes, cache-enabled, cache-deny, log-level)\n",
 		`{"nonsense": 1}`:                            "nonsense: unknown setting\n",
 		`{"cache-deny": ["[unclosed"]}`:              "cache-deny: bad pattern \"[unclosed\": unexpected end of input\n",
 		`[1]`:                                        "body must be a JSON object of settings: json: cannot unmarshal array into Go value of type map[string]interface {}\n",
@@ -253,10 +267,10 @@ func TestLiveConfigAdmin(t *testing.T) {
 		t.Fatalf("POST: %d %s", code, body)
 	}
 	waitUntil(t, "k cached again", func() bool { return p.hits(t, rc, "k", 20) > 0 })
-	if code, _ := p.get(t, "/config"); code != 200 {
+	if code, _ := p.getLocal(t, "/config"); code != 200 {
 		t.Errorf("GET /config: %d", code)
 	}
-	if req, _ := http.NewRequest(http.MethodDelete, "http://"+p.admin+"/config", nil); req != nil {
+	if req, _ := http.NewRequest(http.MethodDelete, "http://"+p.local+"/config", nil); req != nil {
 		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 405 {
 			t.Errorf("DELETE /config: %v %v, want 405", resp, err)
 		} else {
@@ -280,10 +294,17 @@ func TestConfigPostRefused(t *testing.T) {
 		{"origin", map[string]string{"Origin": "http://evil.example"}, `{"hot-threshold": 79}`, 403, "POST /config refused: not from a web page (it has an Origin header)\n"},
 		{"text/plain", map[string]string{"Content-Type": "text/plain"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Content-Type must be application/json\n"},
 		{"rebound host", map[string]string{"Host": "evil.example:9121"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Host must be a loopback address or localhost\n"},
-		{"capacity", nil, `{"cache-capacity": 1000000000000}`, 400, "cache-capacity: must be at most 16777216, got 1000000000000\n"},
+		{"capacity", nil, `{"cache-capacity": 1000000000000}`, 400, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 1000000000000\n"},
+		{"threshold -1", nil, `{"hot-threshold": -1}`, 400, "hot-threshold: must be between 1 and 4294967295, got -1\n"},
+		{"threshold 0", nil, `{"hot-threshold": 0}`, 400, "hot-threshold: must be between 1 and 4294967295, got 0\n"},
+		{"threshold beyond uint32", nil, `{"hot-threshold": 4294967296}`, 400, "hot-threshold: must be between 1 and 4294967295, got 4294967296\n"},
+		{"threshold beyond int64", nil, `{"hot-threshold": "99999999999999999999"}`, 400, "hot-threshold: must be between 1 and 4294967295, got 99999999999999999999\n"},
+		{"threshold not a number", nil, `{"hot-threshold": "abc"}`, 400, "hot-threshold: invalid integer \"abc\"\n"},
+		{"bytes -1", nil, `{"cache-max-bytes": -1}`, 400, "cache-max-bytes: must be >= 1, or 0 with cache-max-value 0 (the cache off), got -1\n"},
+		{"bytes -1kb", nil, `{"cache-max-bytes": "-1kb"}`, 400, "cache-max-bytes: must be >= 1, or 0 with cache-max-value 0 (the cache off), got -1024\n"},
 		{"null", nil, `{"hot-threshold": null}`, 400, "hot-threshold: invalid integer: got null\n"},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+p.admin+"/config", strings.NewReader(tt.body))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+p.local+"/config", strings.NewReader(tt.body))
 		req.Header.Set("Content-Type", "application/json")
 		for k, v := range tt.headers {
 			if k == "Host" {
@@ -341,5 +362,65 @@ func TestCacheOffZeroCapacity(t *testing.T) {
 	p := startRun(t, "--cache-max-value", "0", "--cache-capacity", "0", "--cache-max-bytes", "0")
 	if p.metric(t, "cicada_cache_suspended") != 1 {
 		t.Error("the cache is not off")
+	}
+}
+
+// TestSetLiveCoversLiveKeys: every setting marked live is copied by
+// setLive (so file edits and POST /config apply it), and nothing else is.
+func TestSetLiveCoversLiveKeys(t *testing.T) {
+	base := mustLoad(t, nil, nil)
+	other := mustLoad(t, []string{"--hot-threshold", "7", "--cache-max-value", "1kb", "--cache-capacity", "5", "--cache-max-bytes", "1mb",
+		"--cache-enabled=false", "--cache-deny", "a*", "--log-level", "debug", "--loops", "3", "--log-format", "console"}, nil)
+	for _, k := range liveKeys {
+		if same(base.Redacted()[k], other.Redacted()[k]) {
+			t.Fatalf("test: %s is %v in both", k, base.Redacted()[k])
+		}
+		dst := *base
+		setLive(&dst, other, k)
+		got, want := dst.Redacted(), base.Redacted()
+		want[k] = other.Redacted()[k]
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("setLive %s: got %v, want %v", k, got, want)
+		}
+	}
+}
+
+// TestRestartSettingRestored: a restart-only setting edited in the file
+// warns that it waits for a restart; edited back to the value in force it
+// does not warn again, and edited away again it does.
+func TestRestartSettingRestored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cicada.yaml")
+	write := func(body string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("log-format: json\nhot-threshold: 1\n")
+	p := startRun(t, "--config", path)
+	count := func() int {
+		return strings.Count(p.logs.String(), `"setting changed in the configuration file takes effect at restart","setting":"log-format"`)
+	}
+	// Each edit also changes hot-threshold, whose change in force shows
+	// that the file was read.
+	for i, step := range []struct {
+		body string
+		want int
+	}{
+		{"log-format: console\nhot-threshold: 2\n", 1}, // differs from the value in force
+		{"log-format: json\nhot-threshold: 3\n", 1},    // back to the value in force
+		{"log-format: json\nhot-threshold: 4\n", 1},    // unchanged
+		{"log-format: console\nhot-threshold: 5\n", 2}, // away again
+	} {
+		write(step.body)
+		threshold := strconv.Itoa(i + 2)
+		waitUntil(t, "hot-threshold "+threshold, func() bool { return p.setting(t, "hot-threshold") == threshold })
+		if got := count(); got != step.want {
+			t.Errorf("after %q: %d restart warnings for log-format, want %d\n%s", step.body, got, step.want, p.logs)
+		}
 	}
 }

@@ -3,10 +3,10 @@
 //
 // It wires the packages together: configuration (config.go), the hot cache
 // (hotcache), the hot-key detector (detector), the keyspace-notification
-// subscriber (hotcache/keyspace), the RESP proxy (proxy) and the admin HTTP
-// listener. Exit codes: 0 after a clean shutdown, --help, --version or a
-// passed --check-config; 1 for a runtime failure (a listener that cannot
-// bind); 2 for a bad setting.
+// subscriber (hotcache/keyspace), the RESP proxy (proxy) and the two admin
+// HTTP listeners (admin.go). Exit codes: 0 after a clean shutdown, --help,
+// --version or a passed --check-config; 1 for a runtime failure (a
+// listener that cannot bind); 2 for a bad setting.
 package main
 
 import (
@@ -14,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -177,20 +175,10 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		return err
 	}
 
-	adminLn, err := net.Listen("tcp", cfg.Admin)
+	admin, err := startAdmin(cfg, srv, settings, log) // admin.go
 	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
+		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/config", settings)
-	mux.Handle("/", srv.AdminHandler())
-	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin listener stopped", zap.Error(err))
-		}
-	}()
-	log.Info("admin listening", zap.String("addr", adminLn.Addr().String()))
 
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
@@ -224,9 +212,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		cancel()
 		err2 = <-runErr
 	}
-	actx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = admin.Shutdown(actx)
-	cancel()
+	admin.shutdown(time.Second)
 	stopSub()
 	<-subDone
 	close(stopWatch)

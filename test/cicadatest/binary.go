@@ -2,6 +2,7 @@ package cicadatest
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,9 +19,16 @@ import (
 // binary, for figures a test process would distort (its goroutines share
 // the Go scheduler with the load generator's) and for its RSS.
 type Binary struct {
-	Addr  string // client address
-	Admin string // admin HTTP address
-	Pid   int
+	Addr string // client address
+	// Admin is the admin listener's address (/metrics, /healthz,
+	// /readyz), to dial: a --admin with no host or a wildcard one
+	// (":9121", "0.0.0.0:9121") is reached at 127.0.0.1.
+	Admin string
+	// LocalAdmin is the local admin listener's address (/debug/pprof/,
+	// /debug/hotkeys, /config), to dial as Admin is; "" when
+	// --local-admin "" turned it off.
+	LocalAdmin string
+	Pid        int
 }
 
 // adminClient closes each admin connection after its request, so a test
@@ -30,10 +38,10 @@ var adminClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // StartBinary runs cmd/cicada (built once per test process, see
 // BuiltBinary) in front of upstream with --hot-threshold 1, --log-level warn
 // and args (later flags win), until the test ends, once /readyz says it is
-// ready. A --listen or --admin in args (as two strings, or one with "=")
-// is the address the Binary reports; otherwise each is a free loopback
-// port. The process gets SIGKILL if the test process dies without its
-// cleanup (a -timeout panic).
+// ready. A --listen, --admin or --local-admin in args (as two strings, or
+// one with "=") is the address the Binary reports; otherwise each is a
+// free loopback port. The process gets SIGKILL if the test process dies
+// without its cleanup (a -timeout panic).
 func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 	t.Helper()
 	return StartBinaryUnder(t, nil, upstream, args...)
@@ -45,18 +53,20 @@ func StartBinary(t testing.TB, upstream string, args ...string) *Binary {
 func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...string) *Binary {
 	t.Helper()
 	bin := BuiltBinary(t)
-	p := &Binary{
-		Addr:  flagValue(args, "--listen"),
-		Admin: flagValue(args, "--admin"),
+	p := &Binary{}
+	var all []string
+	for _, l := range []struct {
+		flag string
+		addr *string
+	}{{"--listen", &p.Addr}, {"--admin", &p.Admin}, {"--local-admin", &p.LocalAdmin}} {
+		v, set := flagValue(args, l.flag)
+		if !set {
+			v = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+			all = append(all, l.flag, v)
+		}
+		*l.addr = dialAddr(v)
 	}
-	if p.Addr == "" {
-		p.Addr = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-	}
-	if p.Admin == "" {
-		p.Admin = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-	}
-	all := append([]string{"--listen", p.Addr, "--admin", p.Admin, "--upstream", upstream,
-		"--hot-threshold", "1", "--log-level", "warn"}, args...)
+	all = append(append(all, "--upstream", upstream, "--hot-threshold", "1", "--log-level", "warn"), args...)
 	line := append(append(append([]string{}, prefix...), bin), all...)
 	cmd := exec.Command(line[0], line[1:]...)
 	cmd.Stderr = os.Stderr
@@ -91,24 +101,53 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 }
 
 // flagValue returns the last value of flag name in args ("--name value"
-// or "--name=value"), or "".
-func flagValue(args []string, name string) string {
-	v := ""
+// or "--name=value"), and whether args set it at all.
+func flagValue(args []string, name string) (string, bool) {
+	v, set := "", false
 	for i, a := range args {
 		if a == name && i+1 < len(args) {
-			v = args[i+1]
+			v, set = args[i+1], true
 		} else if s, ok := strings.CutPrefix(a, name+"="); ok {
-			v = s
+			v, set = s, true
 		}
 	}
-	return v
+	return v, set
+}
+
+// dialAddr turns a listen address into one to dial: an empty or wildcard
+// host becomes 127.0.0.1. "" stays "".
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return listen
 }
 
 // Get returns the body of an admin page (path with its query, e.g.
-// "/debug/pprof/goroutine?debug=2"), on a connection closed after it.
+// "/metrics"), on a connection closed after it.
 func (p *Binary) Get(t testing.TB, path string) string {
 	t.Helper()
-	resp, err := adminClient.Get("http://" + p.Admin + path)
+	return get(t, p.Admin, path)
+}
+
+// GetLocal returns the body of a local admin page (path with its query,
+// e.g. "/debug/pprof/goroutine?debug=2"), on a connection closed after
+// it. The test fails if the local admin listener is off.
+func (p *Binary) GetLocal(t testing.TB, path string) string {
+	t.Helper()
+	if p.LocalAdmin == "" {
+		t.Fatalf("GET %s: the local admin listener is off", path)
+	}
+	return get(t, p.LocalAdmin, path)
+}
+
+func get(t testing.TB, addr, path string) string {
+	t.Helper()
+	resp, err := adminClient.Get("http://" + addr + path)
 	if err != nil {
 		t.Fatal(err)
 	}

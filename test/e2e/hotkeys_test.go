@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -423,7 +424,7 @@ func TestHotkeysMulti(t *testing.T) {
 // first, bounded by limit, and never shows a value.
 func TestDebugHotkeys(t *testing.T) {
 	_, p := newProxied(t, cicadatest.Options{})
-	admin := httptest.NewServer(p.Server.AdminHandler())
+	admin := httptest.NewServer(p.Server.LocalAdminHandler())
 	defer admin.Close()
 	rc := client(t, p.Addr, 2)
 	const secret = "VALUE-7f3c-do-not-show"
@@ -499,13 +500,65 @@ func TestDebugHotkeys(t *testing.T) {
 	}
 }
 
+// TestDebugHotkeysNil: a cached nil reply (GET of a missing key, HGET of
+// a missing field) is listed with "nil": true and bytes 5, the length of
+// $-1\r\n, the RESP2 reply, though RESP3 clients are served _\r\n; other
+// entries have no "nil".
+func TestDebugHotkeysNil(t *testing.T) {
+	_, p := newProxied(t, cicadatest.Options{})
+	admin := httptest.NewServer(p.Server.LocalAdminHandler())
+	defer admin.Close()
+	rc2, rc3 := client(t, p.Addr, 2), client(t, p.Addr, 3)
+	mustDo(t, rc2, "SET", "nil:present", "v")
+	mustDo(t, rc2, "HSET", "nil:h", "f", "v")
+	warmKey(t, p, rc3, "GET", "nil:missing") // filled by a RESP3 client
+	warmKey(t, p, rc2, "HGET", "nil:h", "missing")
+	warmKey(t, p, rc2, "GET", "nil:present")
+	raw2, raw3 := dialRaw(t, p.Addr), dialRaw(t, p.Addr)
+	raw3.do("HELLO", "3")
+	if got := raw2.do("GET", "nil:missing"); got != "$-1\r\n" {
+		t.Errorf("RESP2 GET nil:missing = %q, want %q", got, "$-1\r\n")
+	}
+	if got := raw3.do("GET", "nil:missing"); got != "_\r\n" {
+		t.Errorf("RESP3 GET nil:missing = %q, want %q", got, "_\r\n")
+	}
+	resp, err := http.Get(admin.URL + "/debug/hotkeys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var hk struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal(body, &hk); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, k := range hk.Keys {
+		name := fmt.Sprint(k["key"])
+		if f, ok := k["field"]; ok {
+			name += " " + fmt.Sprint(f)
+		}
+		got[name] = fmt.Sprintf("bytes=%v nil=%v", k["bytes"], k["nil"])
+	}
+	want := map[string]string{
+		"nil:missing":   "bytes=5 nil=true",
+		"nil:h missing": "bytes=5 nil=true",
+		"nil:present":   "bytes=7 nil=<nil>", // $1\r\nv\r\n; no "nil" field
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("/debug/hotkeys entries %v, want %v\n%s", got, want, body)
+	}
+}
+
 // TestDebugHotkeysPausedCountedOnce: a cached GET behind a forwarded
 // request waits for its reply and is then parsed again; the detector counts
 // it once (it counted it twice, so such keys became hot at half the
 // threshold and /debug/hotkeys showed twice their rate).
 func TestDebugHotkeysPausedCountedOnce(t *testing.T) {
 	_, p := newProxied(t, cicadatest.Options{})
-	admin := httptest.NewServer(p.Server.AdminHandler())
+	admin := httptest.NewServer(p.Server.LocalAdminHandler())
 	defer admin.Close()
 	rc := client(t, p.Addr, 2)
 	mustDo(t, rc, "SET", "paused:k", "v")

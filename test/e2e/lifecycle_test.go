@@ -17,13 +17,16 @@ import (
 )
 
 // TestAdminEndpoints checks /healthz, /readyz (following the subscription)
-// and /metrics, and that no admin page shows a cached value.
+// and /metrics, and that no admin page (of either handler) shows a cached
+// value.
 func TestAdminEndpoints(t *testing.T) {
 	r, p := newProxied(t, cicadatest.Options{})
 	admin := httptest.NewServer(p.Server.AdminHandler())
 	defer admin.Close()
-	get := func(path string) (int, string) {
-		resp, err := http.Get(admin.URL + path)
+	local := httptest.NewServer(p.Server.LocalAdminHandler())
+	defer local.Close()
+	getFrom := func(base, path string) (int, string) {
+		resp, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,6 +34,7 @@ func TestAdminEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	get := func(path string) (int, string) { return getFrom(admin.URL, path) }
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d, want 200", code)
 	}
@@ -53,10 +57,19 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	// The value appears on no page; pprof's pages show stacks, sizes and
 	// counts, never memory contents.
-	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/debug/pprof/", "/debug/pprof/goroutine?debug=2",
-		"/debug/pprof/heap?debug=1", "/debug/pprof/allocs?debug=1", "/debug/pprof/cmdline", "/debug/pprof/k"} {
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
 		if _, body := get(path); strings.Contains(body, "secret-value") {
 			t.Errorf("%s shows a key value", path)
+		}
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/heap?debug=1",
+		"/debug/pprof/allocs?debug=1", "/debug/pprof/cmdline", "/debug/pprof/k", "/debug/hotkeys"} {
+		code, body := getFrom(local.URL, path)
+		if code != 200 && path != "/debug/pprof/k" || strings.Contains(body, "secret-value") {
+			t.Errorf("local %s: %d, shows a key value: %v", path, code, strings.Contains(body, "secret-value"))
+		}
+		if code, _ := get(path); code != http.StatusNotFound {
+			t.Errorf("admin %s = %d, want 404 (local admin only)", path, code)
 		}
 	}
 	r.Stop()

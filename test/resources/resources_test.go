@@ -309,7 +309,7 @@ func goroutines(t *testing.T, p *cicadatest.Binary) int {
 // goroutineProfile returns Cicada's goroutines, one stack each (debug=2).
 func goroutineProfile(t *testing.T, p *cicadatest.Binary) string {
 	t.Helper()
-	return p.Get(t, "/debug/pprof/goroutine?debug=2")
+	return p.GetLocal(t, "/debug/pprof/goroutine?debug=2")
 }
 
 // waitClosed waits up to 10 s for Cicada to close every connection.

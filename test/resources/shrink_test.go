@@ -19,7 +19,7 @@ import (
 func liveHeap(t *testing.T, p *cicadatest.Binary) float64 {
 	t.Helper()
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + p.Admin + "/debug/pprof/heap?gc=1")
+	resp, err := c.Get("http://" + p.LocalAdmin + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -388,7 +388,7 @@ func (s *servers) ensureCicada(t string, cfg cicadaConfig) error {
 		return err
 	}
 	p, err := start(t, caddr, filepath.Join(s.o.workdir, t+".log"),
-		s.o.cicada, "--listen", caddr, "--admin", admin, "--upstream", s.redis.addr,
+		s.o.cicada, "--listen", caddr, "--admin", admin, "--local-admin", "", "--upstream", s.redis.addr,
 		"--hot-threshold", strconv.FormatUint(uint64(cfg.threshold), 10), "--log-level", "warn",
 		"--loops", strconv.Itoa(cfg.loops), "--cache-enabled="+strconv.FormatBool(!cfg.cacheOff))
 	if err != nil {
