@@ -32,6 +32,8 @@ var (
 		"1 while the cache answers nothing (notifications down, or a write of unknown keys in flight).", nil, nil)
 	descConns = prometheus.NewDesc("cicada_client_connections",
 		"Client connections open now.", nil, nil)
+	descMaxClients = prometheus.NewDesc("cicada_maxclients",
+		"Client connections Cicada accepts at once (maxclients, as lowered to fit the open-file limit); more are refused as Redis refuses them.", nil, nil)
 	descConnsTotal = prometheus.NewDesc("cicada_client_connections_total",
 		"Client connections accepted since start.", nil, nil)
 	descInflight = prometheus.NewDesc("cicada_inflight_requests",
@@ -70,7 +72,7 @@ type collector struct{ srv *Server }
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
-		descEvictions, descReplies, descBytes, descSuspended, descConns, descConnsTotal, descClosed, descInflight,
+		descEvictions, descReplies, descBytes, descSuspended, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
 		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
@@ -111,12 +113,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBytes, float64(st.Bytes))
 	gauge(descSuspended, b2f(srv.cache.Suspended()))
 	gauge(descConns, float64(srv.conns.Load()))
+	gauge(descMaxClients, float64(srv.cfg.MaxClients))
 	counter(descConnsTotal, srv.connsTotal.Load())
 	for r := range closeReasons {
 		counter(descClosed, srv.closedFor[r].Load(), r.String())
 	}
 	gauge(descInflight, float64(inflight))
-	counter(descUpErrors, srv.upstreamErrors.Load())
+	counter(descUpErrors, srv.UpstreamErrors())
 	collectLatency(ch, srv.loopList())
 	gauge(descSubUp, b2f(srv.fencer.Ready()))
 	counter(descEvents, srv.fencer.Events())
@@ -148,3 +151,8 @@ func (srv *Server) Hits() uint64 {
 	}
 	return n
 }
+
+// UpstreamErrors returns cicada_upstream_errors_total: upstream
+// connections that could not be made and invalid replies from Redis,
+// since start. Safe from any goroutine.
+func (srv *Server) UpstreamErrors() uint64 { return srv.upstreamErrors.Load() }

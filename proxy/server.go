@@ -11,6 +11,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
@@ -85,8 +86,9 @@ type Config struct {
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients: one more is answered "-ERR max number of clients
 	// reached" and closed. 0 means 10000 (Redis's default). Each client
-	// needs two descriptors (its own and its upstream connection); keep it
-	// under half the open-file limit (see cmd/cicada), or accept fails and
+	// needs two descriptors (its own and its upstream connection), and the
+	// proxy some besides: keep it at most MaxClientsFor(the open-file
+	// limit, Loops, the process's other descriptors), or accept fails and
 	// gnet stops serving.
 	MaxClients int
 	// MaxClientMemory bounds the bytes Cicada holds for clients: replies
@@ -152,6 +154,8 @@ type Server struct {
 	conns          atomic.Int64                // client connections open
 	connsTotal     atomic.Uint64
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies
+	dials          chan struct{} // one token per upstream dial in progress, DialsInFlight at most
+	dialFailures   burstLog      // failed dials, logged once per burst
 }
 
 // unappliedPeek is how many bytes of unapplied notifications an event loop
@@ -241,6 +245,7 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		log:    cfg.Logger,
 		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
 		booted: make(chan struct{}),
+		dials:  make(chan struct{}, DialsInFlight),
 		start:  time.Now(),
 		loops:  map[gnet.EventLoop]*loopState{},
 	}, nil
@@ -261,16 +266,25 @@ func (srv *Server) Run() error {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 	// gnet reports a busy port as "setsockopt: bad file descriptor"; a
-	// plain listen first gives the real reason.
+	// plain listen first gives the real reason. It also keeps a second
+	// Cicada from sharing the port through SO_REUSEPORT (below): a socket
+	// without it cannot bind a port bound with it.
 	probe, err := net.Listen("tcp", srv.cfg.Listen)
 	if err != nil {
 		close(srv.booted)
 		return fmt.Errorf("proxy: %w", err)
 	}
 	_ = probe.Close()
+	// Each loop accepts on a listener of its own (SO_REUSEPORT; the kernel
+	// spreads connections over them) and runs OnOpen before it accepts
+	// the next, so a client refused at maxclients is closed before another
+	// is accepted. With one acceptor for all loops, a burst of refused
+	// clients held a descriptor each until their loop got to them, until
+	// accept(2) failed with EMFILE, which stops gnet's engine.
 	err = gnet.Run(srv, "tcp://"+srv.cfg.Listen,
 		gnet.WithNumEventLoop(srv.cfg.Loops),
 		gnet.WithReuseAddr(true),
+		gnet.WithReusePort(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithTCPKeepAlive(time.Minute),
 		gnet.WithLogger(srv.log.Sugar()),
@@ -427,30 +441,26 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
 
 // dial connects the upstream of the session of client c and enrolls it
-// on c's loop. Runs on its own goroutine: never dial on a loop.
+// on c's loop. Runs on its own goroutine: never dial on a loop. At most
+// DialsInFlight run at once (srv.dials), so that their descriptors fit in
+// what MaxClientsFor reserves.
 func (srv *Server) dial(s *session, c gnet.Conn) {
-	el := c.EventLoop()
-	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
+	srv.dials <- struct{}{}
+	err := srv.enrollUpstream(s, c.EventLoop())
+	<-srv.dials
 	if err == nil {
-		var ch <-chan gnet.RegisteredResult
-		ch, err = el.Enroll(gnet.NewContext(context.Background(), s.upLink), nc)
-		if err == nil {
-			if r := <-ch; r.Err == nil {
-				return
-			} else {
-				err = r.Err
-			}
-		} else {
-			_ = nc.Close()
-		}
+		return
 	}
 	srv.upstreamErrors.Add(1)
-	srv.log.Debug("upstream connection failed; closing client", zap.Error(err))
-	// A client of a Redis that is down sees its connection closed. On the
-	// loop: the client may have shut down its side meanwhile (half.go).
-	err = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+	reply := dialFailureReply(err)
+	srv.dialFailures.note(srv.log, err, time.Now())
+	// On the loop: the client may have shut down its side meanwhile (half.go).
+	err = c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if !s.closed {
 			s.closed = true
+			if reply != nil {
+				_, _ = s.client.Write(reply)
+			}
 			_ = s.client.Close()
 		}
 		return nil
@@ -458,6 +468,41 @@ func (srv *Server) dial(s *session, c gnet.Conn) {
 	if err != nil {
 		_ = c.Close() // the engine is stopping; safe from any goroutine
 	}
+}
+
+// dialFailureReply is what a client whose upstream dial failed with err
+// gets before its connection is closed. Out of descriptors, Cicada is out
+// of room for clients: Redis's reply to a client over its maxclients
+// (which clients retry). Otherwise Redis is down or unreachable: nothing,
+// as a connection to a Redis that went away gets nothing (a client of a
+// Redis that is down has its connection refused, which Cicada, having
+// accepted it, cannot do; an error reply would reach the application as
+// Redis's answer to its command).
+func dialFailureReply(err error) []byte {
+	if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+		return maxClientsReply
+	}
+	return nil
+}
+
+// enrollUpstream dials Redis and enrolls the connection on loop el for
+// session s. It returns once gnet has closed the dialed socket, keeping
+// only its duplicate (gnet's Enroll closes it after the result is sent,
+// and closes the channel after that).
+func (srv *Server) enrollUpstream(s *session, el gnet.EventLoop) error {
+	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
+	if err != nil {
+		return err
+	}
+	ch, err := el.Enroll(gnet.NewContext(context.Background(), s.upLink), nc)
+	if err != nil {
+		_ = nc.Close()
+		return err
+	}
+	r := <-ch
+	for range ch { // closed once the dialed socket is
+	}
+	return r.Err
 }
 
 // OnTraffic dispatches to the client or upstream side of a session.

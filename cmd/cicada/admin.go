@@ -9,8 +9,21 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/cicada-proxy/cicada/proxy"
+)
+
+// Connections the admin listeners serve at once (netutil.LimitListener:
+// more wait in the listener's backlog, holding no descriptor), so that
+// they cannot take the descriptors clients need: the local one
+// localAdminConns, the public one what fitMaxClients leaves once
+// maxclients is served, at least minAdminConns. A keep-alive connection
+// idle for adminIdle is closed.
+const (
+	minAdminConns   = 32
+	localAdminConns = 8
+	adminIdle       = time.Minute
 )
 
 // adminServers are Cicada's two HTTP listeners. public (the admin
@@ -23,15 +36,16 @@ type adminServers struct {
 }
 
 // startAdmin binds both listeners and serves each on a goroutine of its
-// own. config serves /config (the holder of the live settings). A
-// local-admin address that is not loopback is served, with a warning.
-func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, log *zap.Logger) (*adminServers, error) {
+// own, the public one adminConns connections at once. config serves
+// /config (the holder of the live settings). A local-admin address that
+// is not loopback is served, with a warning.
+func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, adminConns int, log *zap.Logger) (*adminServers, error) {
 	publicLn, err := net.Listen("tcp", cfg.Admin)
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
-	a := &adminServers{public: &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}}
-	go serveHTTP(a.public, publicLn, "admin", log)
+	a := &adminServers{public: &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle}}
+	go serveHTTP(a.public, netutil.LimitListener(publicLn, adminConns), "admin", log)
 	log.Info("admin listening", zap.String("addr", publicLn.Addr().String()))
 	if cfg.LocalAdmin == "" {
 		log.Info(`local admin off (local-admin ""): no /debug/pprof/, /debug/hotkeys or /config`)
@@ -45,8 +59,8 @@ func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, log *zap.Lo
 	mux := http.NewServeMux()
 	mux.Handle("/config", config)
 	mux.Handle("/", srv.LocalAdminHandler())
-	a.local = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go serveHTTP(a.local, localLn, "local admin", log)
+	a.local = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle}
+	go serveHTTP(a.local, netutil.LimitListener(localLn, localAdminConns), "local admin", log)
 	addr := localLn.Addr().(*net.TCPAddr)
 	log.Info("local admin listening", zap.String("addr", addr.String()))
 	if !addr.IP.IsLoopback() {

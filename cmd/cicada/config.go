@@ -153,7 +153,7 @@ type Config struct {
 	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients. Default 10000; lowered at start to what the
-	// open-file limit allows (fdsPerClient each, fdReserve kept), as Redis
+	// open-file limit allows (proxy.MaxClientsFor), as Redis
 	// does.
 	MaxClients int `koanf:"maxclients"`
 	// MaxClientMemory bounds the bytes Cicada holds for all clients

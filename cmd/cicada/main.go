@@ -87,31 +87,38 @@ func reserveP(loops int) {
 	}
 }
 
-// Descriptors: each client holds two (its connection and its upstream
-// connection); fdReserve are kept for the listener, epoll, the admin
-// server and Cicada's own Redis connections.
-const (
-	fdsPerClient = 2
-	fdReserve    = 64
-)
+// ownDescriptors are the descriptors the process holds besides the
+// proxy's and the admin listeners' connections: standard streams, Go's
+// netpoller, the admin listeners, cgroup and /proc files, and Cicada's
+// own Redis connections (control, notifications, flush watch, an ACL
+// lookup). 15 were open in a Cicada at rest.
+const ownDescriptors = 24
 
-// fitMaxClients lowers maxclients to what the open-file limit allows, as
-// Redis does (it reserves 32): past the limit accept(2) fails with EMFILE
-// and gnet stops serving altogether. Go raised the soft limit to the hard
-// one at start.
-func fitMaxClients(want int, log *zap.Logger) int {
+// fitMaxClients divides the open-file limit. It lowers maxclients to what
+// fits with loops event loops (proxy.MaxClientsFor) after the process's
+// own descriptors and the admin listeners' least (minAdminConns,
+// localAdminConns), as Redis does (it reserves 32): past the limit
+// accept(2) would fail with EMFILE and gnet would stop serving
+// altogether. It returns that maxclients and how many connections the
+// admin listener may serve at once: what is left, at least minAdminConns.
+// Go raised the soft limit to the hard one at start.
+func fitMaxClients(want, loops int, log *zap.Logger) (maxClients, adminConns int) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return want
+		return want, minAdminConns
 	}
-	fit := (int64(lim.Cur) - fdReserve) / fdsPerClient
-	if int64(want) <= fit {
-		return want
+	others := ownDescriptors + minAdminConns + localAdminConns
+	fit := proxy.MaxClientsFor(lim.Cur, loops, others)
+	if want > fit {
+		log.Warn("maxclients lowered to fit the open-file limit", zap.Int("maxclients", want),
+			zap.Uint64("open_file_limit", lim.Cur), zap.Int("now", fit))
+		return fit, minAdminConns
 	}
-	fit = max(fit, 1)
-	log.Warn("maxclients lowered to fit the open-file limit", zap.Int("maxclients", want),
-		zap.Uint64("open_file_limit", lim.Cur), zap.Int64("now", fit))
-	return int(fit)
+	spare := uint64(0)
+	if need := uint64(others) + proxy.Descriptors(want, loops); lim.Cur > need {
+		spare = lim.Cur - need
+	}
+	return want, minAdminConns + int(min(spare, 1<<30))
 }
 
 // newLiveFunc returns what serve calls to make the holder of the live
@@ -159,13 +166,14 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		CountersInterval: cfg.CommandstatsInterval,
 		Logger:           log.Named("keyspace"),
 	}, cache)
+	maxClients, adminConns := fitMaxClients(cfg.MaxClients, cfg.Loops, log)
 	srv, err = proxy.New(proxy.Config{
 		Listen:           cfg.Listen,
 		Upstream:         cfg.Upstream,
 		Loops:            cfg.Loops,
 		DialTimeout:      cfg.DialTimeout,
 		QueryBufferLimit: cfg.ClientQueryBufferLimit,
-		MaxClients:       fitMaxClients(cfg.MaxClients, log),
+		MaxClients:       maxClients,
 		MaxClientMemory:  cfg.MaxClientMemory,
 		Logger:           log.Named("proxy"),
 		ACLUser:          sub.ACLUser,
@@ -175,7 +183,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		return err
 	}
 
-	admin, err := startAdmin(cfg, srv, settings, log) // admin.go
+	admin, err := startAdmin(cfg, srv, settings, adminConns, log) // admin.go
 	if err != nil {
 		return err
 	}

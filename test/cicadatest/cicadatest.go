@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/cicada-proxy/cicada/detector"
@@ -35,6 +36,10 @@ type Options struct {
 	CheckInterval time.Duration
 	// MaxClientMemory is proxy.Config's; default 0, no bound.
 	MaxClientMemory int64
+	// Observe, when not nil, receives every log entry at info level and
+	// above besides the test's log (a zaptest/observer core, to assert
+	// what was logged).
+	Observe zapcore.Core
 }
 
 // Proxy is a running Cicada. Fields are read-only.
@@ -65,6 +70,9 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		o.CheckInterval = 200 * time.Millisecond
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	if o.Observe != nil {
+		log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, o.Observe) }))
+	}
 	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue})
 	if err != nil {
 		t.Fatalf("hotcache.New: %v", err)

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 	"github.com/cicada-proxy/cicada/test/redistest"
@@ -318,22 +322,34 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestUpstreamDown: with Redis not up yet, clients are closed like a
-// client of a down Redis and the cache is not ready; once Redis is up,
-// everything works without a restart.
+// client of a down Redis (without a reply: its connection would have
+// been refused), each counted as an upstream error and a burst of them
+// logged once; the cache is not ready; once Redis is up, everything works
+// without a restart.
 func TestUpstreamDown(t *testing.T) {
 	port := redistest.FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p := cicadatest.Start(t, addr, cicadatest.Options{NoWait: true})
-	c, err := net.Dial("tcp", p.Addr)
-	if err != nil {
-		t.Fatal(err)
+	logs, seen := observer.New(zap.InfoLevel)
+	p := cicadatest.Start(t, addr, cicadatest.Options{NoWait: true, Observe: logs})
+	const clients = 20
+	for range clients {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte("PING\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if n, err := c.Read(make([]byte, 16)); !errors.Is(err, io.EOF) {
+			t.Fatalf("read %d bytes (%v) from a proxy whose Redis is down, want the connection closed (EOF)", n, err)
+		}
+		c.Close()
 	}
-	_, _ = c.Write([]byte("PING\r\n"))
-	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	if n, err := c.Read(make([]byte, 16)); err == nil {
-		t.Fatalf("read %d bytes from a proxy whose Redis is down, want the connection closed", n)
+	if got := p.Server.UpstreamErrors(); got != clients {
+		t.Errorf("upstream errors = %d after %d clients connected with Redis down, want %d", got, clients, clients)
 	}
-	c.Close()
+	if got := seen.FilterMessage("upstream connection failed; client closed").All(); len(got) != 1 || got[0].Level != zap.WarnLevel {
+		t.Errorf("logged %d lines of the failed dials (%v), want one warning for the burst", len(got), got)
+	}
 	if p.Sub.Ready() {
 		t.Fatal("ready with Redis down")
 	}

@@ -387,15 +387,21 @@ func TestRedisRestartStorm(t *testing.T) {
 	}
 }
 
-// TestMaxClientsOpenFileLimit: Cicada started with 128 open files allowed
-// (ulimit -n)
-// lowers maxclients to (128-64)/2 = 32, refuses the 33rd client as Redis
-// refuses one over its maxclients, and keeps serving: were it to run out
-// of descriptors, accept(2) would fail and gnet would stop serving.
+// TestMaxClientsOpenFileLimit: Cicada started with 256 open files allowed
+// (ulimit -n) and one loop lowers maxclients to what fits
+// (proxy.MaxClientsFor: two per client after its own), serves exactly
+// that many, refuses the next
+// client as Redis refuses one over its maxclients, and keeps serving:
+// were it to run out of descriptors, accept(2) would fail and gnet would
+// stop serving.
 func TestMaxClientsOpenFileLimit(t *testing.T) {
 	r := redistest.Start(t)
 	// bash's ulimit -n lowers both limits; Go raises only the soft one.
-	p := cicadatest.StartBinaryUnder(t, []string{"bash", "-c", `ulimit -n 128 && exec "$0" "$@"`}, r.Addr)
+	p := cicadatest.StartBinaryUnder(t, []string{"bash", "-c", `ulimit -n 256 && exec "$0" "$@"`}, r.Addr, "--loops", "1")
+	limit := int(p.Metric(t, "cicada_maxclients"))
+	if limit < 1 || limit >= 100 {
+		t.Fatalf("cicada_maxclients = %d under 256 descriptors, want it lowered below the 100 clients to come", limit)
+	}
 	conns := make([]net.Conn, 0, 100)
 	defer func() { closeAll(conns) }()
 	replies := map[string]int{}
@@ -416,7 +422,7 @@ func TestMaxClientsOpenFileLimit(t *testing.T) {
 		}
 		replies[string(buf[:n])]++
 	}
-	if want := map[string]int{"+PONG\r\n": 32, "-ERR max number of clients reached\r\n": 68}; fmt.Sprint(replies) != fmt.Sprint(want) {
+	if want := map[string]int{"+PONG\r\n": limit, "-ERR max number of clients reached\r\n": 100 - limit}; fmt.Sprint(replies) != fmt.Sprint(want) {
 		t.Errorf("100 clients got %v, want %v", replies, want)
 	}
 	closeAll(conns)
@@ -426,9 +432,9 @@ func TestMaxClientsOpenFileLimit(t *testing.T) {
 			t.Fatal("connections not closed")
 		}
 	}
-	conns = idleConns(t, p.Addr, 32)
-	if got := p.Metric(t, `cicada_clients_closed_total{reason="maxclients"}`); got != 68 {
-		t.Errorf(`cicada_clients_closed_total{reason="maxclients"} = %v, want 68`, got)
+	conns = idleConns(t, p.Addr, limit)
+	if got, want := p.Metric(t, `cicada_clients_closed_total{reason="maxclients"}`), float64(100-limit); got != want {
+		t.Errorf(`cicada_clients_closed_total{reason="maxclients"} = %v, want %v`, got, want)
 	}
 }
 
