@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 )
@@ -75,15 +76,20 @@ func closedClients(t *testing.T, p *cicadatest.Proxy, reason string) float64 {
 func TestOutputBufferLimit(t *testing.T) {
 	r, p := newProxied(t, cicadatest.Options{})
 	direct := client(t, r.Addr, 2)
-	mustDo(t, direct, "CONFIG", "SET", "client-output-buffer-limit", "normal 4mb 0 0 pubsub 1mb 0 0")
 	mustDo(t, direct, "SET", "cached", strings.Repeat("c", 50<<10)) // under MaxValue: answered locally
 	mustDo(t, direct, "SET", "large", strings.Repeat("l", 100<<10)) // over it: forwarded
+	// A CONFIG SET made on Redis directly empties the cache once Cicada
+	// sees it in INFO commandstats: wait for that flush (of a cached key)
+	// before the key is cached for the flood.
+	warmKey(t, p, client(t, p.Addr, 2), "GET", "cached")
+	flushed := p.Cache.Stats().Evicted[hotcache.ReasonFlush]
+	mustDo(t, direct, "CONFIG", "SET", "client-output-buffer-limit", "normal 4mb 0 0 pubsub 1mb 0 0")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if hard, _, _ := p.Sub.OutputLimit(false); hard == 4<<20 {
+		if hard, _, _ := p.Sub.OutputLimit(false); hard == 4<<20 && p.Cache.Stats().Evicted[hotcache.ReasonFlush] > flushed {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("Cicada did not read client-output-buffer-limit")
+			t.Fatal("Cicada did not read client-output-buffer-limit, or did not see the CONFIG SET")
 		}
 	}
 	warmKey(t, p, client(t, p.Addr, 2), "GET", "cached")
