@@ -149,6 +149,19 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// replaceFile writes body to a new file renamed over path, as editors and
+// Kubernetes ConfigMap updates replace a file.
+func replaceFile(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLiveConfigFile: edits of the --config file change the live settings
 // without a restart (deny-list, threshold), a file that does not validate
 // changes nothing, a changed non-live setting waits for a restart, and a
@@ -156,17 +169,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestLiveConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cicada.yaml")
-	write := func(body string) {
-		t.Helper()
-		// As editors and ConfigMaps do: a new file renamed over the old.
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(body string) { t.Helper(); replaceFile(t, path, body) }
 	write("hot-threshold: 1\n")
 	p := startRun(t, "--config", path)
 	rc := redis.NewClient(&redis.Options{Addr: p.addr, DisableIdentity: true})
@@ -390,16 +393,7 @@ func TestSetLiveCoversLiveKeys(t *testing.T) {
 // does not warn again, and edited away again it does.
 func TestRestartSettingRestored(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cicada.yaml")
-	write := func(body string) {
-		t.Helper()
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(body string) { t.Helper(); replaceFile(t, path, body) }
 	write("log-format: json\nhot-threshold: 1\n")
 	p := startRun(t, "--config", path)
 	count := func() int {
