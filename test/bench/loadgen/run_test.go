@@ -51,8 +51,13 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		if res.Errors != 0 || res.Missed != 0 {
-			t.Errorf("errors %d missed %d, want 0 and 0", res.Errors, res.Missed)
+		// A worker descheduled near the end (a loaded CI machine running
+		// packages side by side under -race) misses the intended times it
+		// cannot reach before the end: 4 of 2000 were seen. More than 1%
+		// would be the pacing itself falling behind.
+		scheduled := int64(cfg.Rate * cfg.Duration.Seconds())
+		if res.Errors != 0 || res.Missed > scheduled/100 {
+			t.Errorf("errors %d missed %d of %d, want 0 and at most 1%%", res.Errors, res.Missed, scheduled)
 		}
 		if lo, hi := 0.9*cfg.Rate, 1.1*cfg.Rate; res.OpsPerSec < lo || res.OpsPerSec > hi {
 			t.Errorf("achieved %.0f ops/s, want %.0f ±10%%", res.OpsPerSec, cfg.Rate)
