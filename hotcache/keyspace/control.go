@@ -25,7 +25,8 @@ var watched = []string{"swapdb", "flushall", "flushdb", "debug", "replicaof", "s
 	"acl|setuser", "acl|deluser", "acl|load"}
 
 // authWatched are the watched commands that may change who may read what
-// (requirepass, ACL users): besides the flush, AuthChanged is called.
+// (requirepass, ACL users): besides the flush, AuthChanged is called,
+// unless ACL LIST, which Cicada may read, shows the rules unchanged.
 var authWatched = map[string]bool{"config|set": true, "config|resetstat": true,
 	"acl|setuser": true, "acl|deluser": true, "acl|load": true, aclList: true}
 
@@ -323,14 +324,23 @@ func (s *Subscriber) compareCounters(now map[string]int64) {
 				break
 			}
 		}
-		if now[totalCommands] < s.counters[totalCommands] {
+		// A reset zeroes every counter: name it, not the first one it
+		// moved.
+		if now["config|resetstat"] != s.counters["config|resetstat"] || now[totalCommands] < s.counters[totalCommands] {
 			changed = "config|resetstat"
 		}
-		if now[aclList] != s.counters[aclList] {
+		aclChanged := now[aclList] != s.counters[aclList]
+		if aclChanged {
 			changed = aclList
 		}
 		if changed != "" {
-			if authWatched[changed] && s.cfg.AuthChanged != nil {
+			// Where Cicada may read ACL LIST, its hash says exactly
+			// whether the rules changed; the counters stand in for it only
+			// where it may not. A routine CONFIG SET (slowlog-max-len) then
+			// keeps every connection's identity: a fresh one each, past
+			// the 8 a cached reply records, forwarded most reads of the
+			// connections open at the time for the rest of their life.
+			if authWatched[changed] && s.cfg.AuthChanged != nil && (aclChanged || s.noACLList) {
 				s.cfg.AuthChanged()
 			}
 			s.cache.Flush()

