@@ -289,12 +289,13 @@ func Load(args []string, environ []string) (*Config, error) {
 		return nil, fmt.Errorf("defaults: %w", err)
 	}
 	path, _ := fs.GetString("config")
+	from := "--config"
 	if path == "" {
-		path = lookupEnv(environ, envPrefix+"CONFIG")
+		path, from = lookupEnv(environ, envPrefix+"CONFIG"), envPrefix+"CONFIG"
 	}
 	origin := map[string]string{} // lowest layer first, so the last one set wins
 	if path != "" {
-		keys, err := loadFile(k, path)
+		keys, err := loadFile(k, path, from)
 		if err != nil {
 			return nil, oneLine(err)
 		}
@@ -380,8 +381,8 @@ func newFlagSet() *pflag.FlagSet {
 		switch d := s.def.(type) {
 		case string:
 			fs.String(s.key, d, usage)
-		case bool:
-			fs.Bool(s.key, d, usage)
+		case bool: // as text, so a bad value gets decode's message too
+			fs.VarPF(&textFlag{s: strconv.FormatBool(d), typ: "bool"}, s.key, "", usage).NoOptDefVal = "true"
 		case int:
 			fs.Var(&textFlag{s: strconv.Itoa(d), typ: "int"}, s.key, usage)
 		case uint32:
@@ -434,15 +435,16 @@ func defaults() map[string]any {
 	return m
 }
 
-// loadFile merges the YAML file at path into k and returns the keys it
-// set. Unknown keys are an error, so a misspelt setting cannot go
-// unnoticed; a key with no value (YAML null) is ignored.
-func loadFile(k *koanf.Koanf, path string) ([]string, error) {
+// loadFile merges the YAML file at path (named by from: --config or
+// CICADA_CONFIG) into k and returns the keys it set. Unknown keys are an
+// error, so a misspelt setting cannot go unnoticed; a key with no value
+// (YAML null) is ignored.
+func loadFile(k *koanf.Koanf, path, from string) ([]string, error) {
 	f := koanf.New(".")
 	if err := f.Load(file.Provider(path), yaml.Parser()); err != nil {
 		var pathErr *fs.PathError
 		if errors.As(err, &pathErr) { // already names the file
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, fmt.Errorf("%s: %w", from, pathErr)
 		}
 		if strings.Contains(err.Error(), "cannot unmarshal") {
 			return nil, fmt.Errorf("config: %s: must be a YAML mapping of settings (lines of \"setting: value\")", path)
@@ -452,7 +454,11 @@ func loadFile(k *koanf.Koanf, path string) ([]string, error) {
 	var keys []string
 	for _, key := range f.Keys() {
 		if !isSetting(key) {
-			return nil, fmt.Errorf("config file: unknown setting %q", key)
+			hint := ""
+			if near := strings.ReplaceAll(strings.ToLower(key), "_", "-"); isSetting(near) {
+				hint = fmt.Sprintf(" (did you mean %q?)", near)
+			}
+			return nil, fmt.Errorf("%s: unknown setting %q%s", path, key, hint)
 		}
 		if f.Get(key) == nil {
 			f.Delete(key)

@@ -419,6 +419,7 @@ func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	typo := writeFile(t, "typo.yaml", "hot-treshold: 5\n")
 	nested := writeFile(t, "nested.yaml", "cache:\n  capacity: 5\n")
+	underscored := writeFile(t, "underscored.yaml", "hot_threshold: 5\n")
 	broken := writeFile(t, "broken.yaml", "listen: [\n")
 	dup := writeFile(t, "dup.yaml", "listen: a:1\nlisten: b:2\n")
 	list := writeFile(t, "list.yaml", "- a\n- b\n")
@@ -428,9 +429,12 @@ func TestLoadErrors(t *testing.T) {
 		environ []string
 		want    string
 	}{
-		{"missing file", []string{"--config", dir + "/x.yaml"}, nil, "config: open " + dir + "/x.yaml: no such file or directory"},
-		{"unknown key", []string{"--config", typo}, nil, `config file: unknown setting "hot-treshold"`},
-		{"unknown nested key", []string{"--config", nested}, nil, `config file: unknown setting "cache.capacity"`},
+		{"missing file", []string{"--config", dir + "/x.yaml"}, nil, "--config: open " + dir + "/x.yaml: no such file or directory"},
+		{"missing file from the environment", nil, []string{"CICADA_CONFIG=" + dir + "/x.yaml"}, "CICADA_CONFIG: open " + dir + "/x.yaml: no such file or directory"},
+		{"unknown key", []string{"--config", typo}, nil, typo + `: unknown setting "hot-treshold"`},
+		{"unknown key with underscores", []string{"--config", underscored}, nil, underscored + `: unknown setting "hot_threshold" (did you mean "hot-threshold"?)`},
+		{"unknown nested key", []string{"--config", nested}, nil, nested + `: unknown setting "cache.capacity"`},
+		{"bad boolean flag", []string{"--cache-enabled=maybe"}, nil, `--cache-enabled: invalid boolean "maybe"`},
 		{"broken yaml", []string{"--config", broken}, nil, "config: " + broken + ": yaml: line 1: did not find expected node content"},
 		{"validation via env", nil, []string{"CICADA_HOT_THRESHOLD=0"}, "CICADA_HOT_THRESHOLD: must be between 1 and 4294967295, got 0"},
 		{"bad size env", nil, []string{"CICADA_CACHE_MAX_VALUE=12qb"}, `CICADA_CACHE_MAX_VALUE: invalid size "12qb"`},
