@@ -12,7 +12,7 @@ help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
 	@echo "make image   docker build the container image cicada:$(VERSION) (needs a Docker engine)"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
-	@echo "make test    go vet and go test -race (installs redis-server if missing; about 10 min the first time, 5 after)"
+	@echo "make test    go vet and go test -race (installs redis-server, redis-tools, python3-redis, Node.js and the npm clients if missing; about 10 min the first time, 5 after)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
 	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 8 min here; BENCH_ARGS='-rounds 7 -only hot.GET')"
