@@ -71,6 +71,12 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
 			s.srv.upstreamErrors.Add(1)
 			s.upInvalid = true
+			// The replies before it are the client's, as if Redis had
+			// closed the connection after them.
+			if off > fwd && !s.swallowing {
+				s.down(buf[fwd:off])
+			}
+			s.flushDown()
 			return off, false
 		}
 		if s.capturing {

@@ -217,3 +217,44 @@ func TestDeepReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidUpstreamReply: when what comes from upstream stops being
+// RESP (an upstream that is not Redis, or a broken one), the client gets
+// the complete replies before it, then the close, as if Redis had closed
+// the connection after them.
+func TestInvalidUpstreamReply(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := c.Read(make([]byte, 4096)); err == nil {
+					_, _ = c.Write([]byte("+OK\r\n*-5\r\n"))
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if string(got) != "+OK\r\n" || err != nil {
+		t.Fatalf("through Cicada: %q then %v, want %q then the close", got, err, "+OK\r\n")
+	}
+}
