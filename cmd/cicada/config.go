@@ -25,6 +25,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -268,11 +269,7 @@ func isSetting(key string) bool { return lookup(key) != nil }
 func Load(args []string, environ []string) (*Config, error) {
 	fs := newFlagSet()
 	if err := fs.Parse(args); err != nil {
-		var unknown *pflag.NotExistError
-		if errors.As(err, &unknown) && unknown.GetSpecifiedName() == "upstream-password" {
-			return nil, fmt.Errorf("%w (flags show in ps: set it in the config file, CICADA_UPSTREAM_PASSWORD or --upstream-password-file)", err)
-		}
-		return nil, err
+		return nil, flagError(err, args)
 	}
 	if help, _ := fs.GetBool("help"); help {
 		return nil, ErrHelp
@@ -340,7 +337,7 @@ func Load(args []string, environ []string) (*Config, error) {
 		return nil, err
 	}
 	if c.UpstreamPasswordFile != "" && c.UpstreamPassword == "" {
-		b, err := os.ReadFile(c.UpstreamPasswordFile)
+		b, err := readSmall(c.UpstreamPasswordFile, maxPasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.label("upstream-password-file"), err)
 		}
@@ -360,6 +357,55 @@ func Load(args []string, environ []string) (*Config, error) {
 		return c, ErrChecked
 	}
 	return c, nil
+}
+
+// passwordHint says where the password goes instead of a flag.
+const passwordHint = " (flags show in ps: set it in the config file, CICADA_UPSTREAM_PASSWORD or --upstream-password-file)"
+
+// flagError is the error for a command line pflag could not parse. An
+// argument that tries to give upstream-password (which has no flag, in
+// any spelling pflag refuses: -upstream-password=..., ---upstream-password
+// ...) has its value replaced by *** in the message, and the message says
+// where the password goes.
+func flagError(err error, args []string) error {
+	msg := err.Error()
+	secret := false
+	for _, a := range args {
+		if !strings.Contains(strings.ToLower(a), "upstream-password") || strings.Contains(strings.ToLower(a), "upstream-password-file") {
+			continue
+		}
+		secret = true
+		if _, v, ok := strings.Cut(a, "="); ok && v != "" {
+			msg = strings.ReplaceAll(msg, v, "***")
+		}
+	}
+	if secret {
+		return errors.New(msg + passwordHint)
+	}
+	return err
+}
+
+// maxPasswordFile bounds upstream-password-file: Redis's own limit on a
+// password is far below it, and a mistaken path (/dev/zero) must not be
+// read until memory runs out.
+const maxPasswordFile = 64 << 10
+
+// readSmall reads the file at path, at most limit bytes; a longer one is
+// an error.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is longer than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // newFlagSet defines one flag per setting (except secrets) plus --config,
@@ -435,6 +481,9 @@ func defaults() map[string]any {
 	return m
 }
 
+// quoted matches what a YAML error quotes: `...`, '...' or "...".
+var quoted = regexp.MustCompile("`[^`]*`|'[^']*'|\"[^\"]*\"")
+
 // loadFile merges the YAML file at path (named by from: --config or
 // CICADA_CONFIG) into k and returns the keys it set. Unknown keys are an
 // error, so a misspelt setting cannot go unnoticed; a key with no value
@@ -449,10 +498,15 @@ func loadFile(k *koanf.Koanf, path, from string) ([]string, error) {
 		if strings.Contains(err.Error(), "cannot unmarshal") {
 			return nil, fmt.Errorf("config: %s: must be a YAML mapping of settings (lines of \"setting: value\")", path)
 		}
-		return nil, fmt.Errorf("config: %s: %w", path, err)
+		// The parser quotes what it could not read, which may be the
+		// password: keep its words and line numbers only.
+		return nil, fmt.Errorf("config: %s: %s", path, quoted.ReplaceAllString(err.Error(), "…"))
 	}
 	var keys []string
 	for _, key := range f.Keys() {
+		if secret, _, nested := strings.Cut(key, "."); nested && secret == "upstream-password" {
+			return nil, fmt.Errorf("%s: upstream-password: must be a string (quote it in YAML), got a mapping", path)
+		}
 		if !isSetting(key) {
 			hint := ""
 			if near := strings.ReplaceAll(strings.ToLower(key), "_", "-"); isSetting(near) {

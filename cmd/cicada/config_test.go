@@ -315,6 +315,30 @@ func TestPassword(t *testing.T) {
 			t.Errorf("got %v, want %s", err, want)
 		}
 	})
+	t.Run("malformed, never echoed", func(t *testing.T) {
+		const secret = "Hunter2secret"
+		for _, tc := range []struct {
+			name string
+			args []string
+		}{
+			{"YAML tag", []string{"--config", writeFile(t, "tag.yaml", "upstream-password: !!int "+secret+"\n")}},
+			{"YAML alias", []string{"--config", writeFile(t, "alias.yaml", "upstream-password: *"+secret+"\n")}},
+			{"YAML mapping", []string{"--config", writeFile(t, "map.yaml", "upstream-password:\n  "+secret+": 1\n")}},
+			{"single dash flag", []string{"-upstream-password=" + secret}},
+			{"triple dash flag", []string{"---upstream-password=" + secret}},
+		} {
+			_, err := Load(tc.args, nil)
+			if err == nil || strings.Contains(err.Error(), secret[1:]) {
+				t.Errorf("%s: got %v, want an error without the password", tc.name, err)
+			}
+		}
+	})
+	t.Run("file too long", func(t *testing.T) {
+		_, err := Load([]string{"--upstream-password-file", "/dev/zero"}, nil)
+		if want := "--upstream-password-file: /dev/zero is longer than 65536 bytes"; err == nil || err.Error() != want {
+			t.Errorf("got %v, want %s", err, want)
+		}
+	})
 	t.Run("empty or missing file", func(t *testing.T) {
 		empty := writeFile(t, "pw", "\n")
 		_, err := Load([]string{"--upstream-password-file", empty}, nil)
@@ -633,7 +657,9 @@ func TestBoundWording(t *testing.T) {
 	}{
 		{"env beyond int64", nil, []string{"CICADA_HOT_THRESHOLD=99999999999999999999"}, "must be between 1 and 4294967295, got 99999999999999999999"},
 		{"flag beyond int64", []string{"--hot-threshold", "99999999999999999999"}, nil, "must be between 1 and 4294967295, got 99999999999999999999"},
-		{"size beyond int64", []string{"--cache-max-bytes", "9000000000gb"}, nil, "must be >= 1, or 0 with cache-max-value 0 (the cache off), got 9000000000gb"},
+		{"size beyond int64", []string{"--cache-max-bytes", "9000000000gb"}, nil, "must be at most 9223372036854775807, got 9000000000gb"},
+		{"open range beyond int64", []string{"--maxclients", "99999999999999999999"}, nil, "must be at most 9223372036854775807, got 99999999999999999999"},
+		{"open range below int64", []string{"--maxclients", "-99999999999999999999"}, nil, "must be >= 1, got -99999999999999999999"},
 		{"file beyond int64", file("hot-threshold: 99999999999999999999\n"), nil, "must be between 1 and 4294967295, got 1e+20"},
 		{"file boolean", file("hot-threshold: true\n"), nil, "invalid integer: got a boolean"},
 		{"file fraction", file("hot-threshold: 1.5\n"), nil, "invalid integer 1.5: not a whole number"},

@@ -258,7 +258,7 @@ func (d *decoder) whole(s *setting, kind string, parse func(string) (int64, erro
 		if v <= math.MaxInt64 {
 			return int64(v), true
 		}
-		d.fail(key, "%s, got %d", s.rangeText(), v)
+		d.fail(key, "%s, got %d", s.overflowText(true), v)
 		return 0, false
 	case float64:
 		if v != math.Trunc(v) || math.IsInf(v, 0) {
@@ -266,7 +266,7 @@ func (d *decoder) whole(s *setting, kind string, parse func(string) (int64, erro
 			return 0, false
 		}
 		if v < math.MinInt64 || v >= math.MaxInt64 {
-			d.fail(key, "%s, got %v", s.rangeText(), v)
+			d.fail(key, "%s, got %v", s.overflowText(v > 0), v)
 			return 0, false
 		}
 		return int64(v), true
@@ -276,7 +276,8 @@ func (d *decoder) whole(s *setting, kind string, parse func(string) (int64, erro
 		case err == nil:
 			return n, true
 		case errors.Is(err, strconv.ErrRange):
-			d.fail(key, "%s, got %s", s.rangeText(), strings.TrimSpace(v))
+			v = strings.TrimSpace(v)
+			d.fail(key, "%s, got %s", s.overflowText(!strings.HasPrefix(v, "-")), v)
 		default:
 			d.fail(key, "invalid %s %q", kind, v)
 		}
@@ -406,6 +407,16 @@ func (s *setting) rangeText() string {
 		r += ", " + b.note
 	}
 	return r
+}
+
+// overflowText is rangeText for a value beyond int64 (positive: above
+// it): a setting bound only below says it must be at most the largest
+// int64, which its range leaves unsaid.
+func (s *setting) overflowText(positive bool) string {
+	if positive && s.bound.hi == math.MaxInt64 {
+		return "must be at most " + s.show(math.MaxInt64)
+	}
+	return s.rangeText()
 }
 
 // show writes a bound as the setting is written: 1m for a duration,
