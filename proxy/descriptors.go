@@ -18,6 +18,10 @@ const (
 	// gnet closes the first), since its client may have closed and freed
 	// its place meanwhile.
 	DialsInFlight = 16
+	// ACLLookups bounds the ACL GETUSER lookups (one connection each, see
+	// permCache) in progress at once; the process's own descriptors must
+	// hold them (cmd/cicada reserves them).
+	ACLLookups = 4
 	// descriptorsPerLoop are an event loop's own: its epoll instance, the
 	// eventfd that wakes it and its listener (SO_REUSEPORT), and one more
 	// for the connection it has accepted and OnOpen refuses (maxclients,

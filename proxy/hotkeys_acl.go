@@ -57,11 +57,16 @@ func (c *permCache) lookup(s *session, name string) (u hotkeys.UserACL, err erro
 	return u, nil, false
 }
 
-// fetch looks name up and wakes the connections waiting for it.
+// fetch looks name up and wakes the connections waiting for it. At most
+// ACLLookups run at once (srv.aclLookups), each on a connection of its
+// own: users looked up together (HOTKEYS from many users while Redis is
+// busy) wait their turn rather than take the descriptors clients need.
 func (c *permCache) fetch(srv *Server, name string, gen uint64) {
+	srv.aclLookups <- struct{}{}
 	ctx, cancel := context.WithTimeout(context.Background(), srv.cfg.DialTimeout+time.Second)
 	u, err := srv.cfg.ACLUser(ctx, name)
 	cancel()
+	<-srv.aclLookups
 	c.mu.Lock()
 	waiters := c.waiting[name]
 	delete(c.waiting, name)

@@ -155,6 +155,7 @@ type Server struct {
 	connsTotal     atomic.Uint64
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies
 	dials          chan struct{} // one token per upstream dial in progress, DialsInFlight at most
+	aclLookups     chan struct{} // one token per ACL GETUSER lookup in progress, ACLLookups at most
 	dialFailures   burstLog      // failed dials, logged once per burst
 }
 
@@ -235,19 +236,20 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		cfg.Logger = zap.NewNop()
 	}
 	return &Server{
-		cfg:    cfg,
-		cache:  cache,
-		det:    det,
-		fencer: fencer,
-		topo:   fencer.Cluster(),
-		ids:    newIdentities(),
-		hk:     hotkeys.NewTracker(det.Loops(), nil, nil),
-		log:    cfg.Logger,
-		dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
-		booted: make(chan struct{}),
-		dials:  make(chan struct{}, DialsInFlight),
-		start:  time.Now(),
-		loops:  map[gnet.EventLoop]*loopState{},
+		cfg:        cfg,
+		cache:      cache,
+		det:        det,
+		fencer:     fencer,
+		topo:       fencer.Cluster(),
+		ids:        newIdentities(),
+		hk:         hotkeys.NewTracker(det.Loops(), nil, nil),
+		log:        cfg.Logger,
+		dialer:     net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
+		booted:     make(chan struct{}),
+		dials:      make(chan struct{}, DialsInFlight),
+		aclLookups: make(chan struct{}, ACLLookups),
+		start:      time.Now(),
+		loops:      map[gnet.EventLoop]*loopState{},
 	}, nil
 }
 
@@ -443,9 +445,16 @@ var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
 // dial connects the upstream of the session of client c and enrolls it
 // on c's loop. Runs on its own goroutine: never dial on a loop. At most
 // DialsInFlight run at once (srv.dials), so that their descriptors fit in
-// what MaxClientsFor reserves.
+// what MaxClientsFor reserves; a client that left while its dial waited
+// its turn gets none (a storm of clients connecting and closing at once
+// would otherwise queue dials, goroutines and memory without bound, and
+// delay every new client behind them).
 func (srv *Server) dial(s *session, c gnet.Conn) {
 	srv.dials <- struct{}{}
+	if s.left.Load() {
+		<-srv.dials
+		return
+	}
 	err := srv.enrollUpstream(s, c.EventLoop())
 	<-srv.dials
 	if err == nil {

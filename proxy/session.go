@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -128,6 +129,10 @@ type session struct {
 	drainArmed bool          // its timer is pending
 	gone       bool          // both sides are being torn down; release done
 	upLink     *upstreamLink
+	// left is set on the loop once the client connection is gone
+	// (finishClose) and read by the dial goroutine, so that a dial
+	// waiting its turn is not made for a client that left.
+	left atomic.Bool
 
 	parser *resp.RequestParser
 	// partial holds client bytes taken out of gnet (processClient, on the
@@ -518,6 +523,7 @@ func (s *session) onClientClose(c gnet.Conn, err error) {
 
 // finishClose tears the session down once its client connection is gone.
 func (s *session) finishClose() {
+	s.left.Store(true)
 	s.srv.conns.Add(-1)
 	s.closed = true
 	s.untrack()

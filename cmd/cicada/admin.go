@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,13 +18,24 @@ import (
 // Connections the admin listeners serve at once (netutil.LimitListener:
 // more wait in the listener's backlog, holding no descriptor), so that
 // they cannot take the descriptors clients need: the local one
-// localAdminConns, the public one what fitMaxClients leaves once
-// maxclients is served, at least minAdminConns. A keep-alive connection
-// idle for adminIdle is closed.
+// localAdminConns, the public one 1/adminShare of the open-file limit (at
+// least minAdminConns) and what maxclients leaves (fitMaxClients). A
+// request must arrive whole within adminRead (Prometheus and the kubelet
+// send a bodiless GET at once) and its reply leave within adminWrite
+// (the local listener's within localAdminWrite: a CPU profile or trace
+// runs for the seconds asked), and a keep-alive connection idle for
+// adminIdle is closed, so that a client cannot hold its place for long:
+// a body promised and never sent held one for good. Clients that stall
+// on purpose still delay the others by adminRead per minAdminConns of
+// them.
 const (
-	minAdminConns   = 32
+	minAdminConns   = 64
+	adminShare      = 32
 	localAdminConns = 8
-	adminIdle       = time.Minute
+	adminRead       = 2 * time.Second
+	adminWrite      = 10 * time.Second
+	localAdminWrite = 2 * time.Minute
+	adminIdle       = 30 * time.Second
 )
 
 // adminServers are Cicada's two HTTP listeners. public (the admin
@@ -44,7 +56,8 @@ func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, adminConns 
 	if err != nil {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
-	a := &adminServers{public: &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle}}
+	a := &adminServers{public: &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: adminRead,
+		ReadTimeout: adminRead, WriteTimeout: adminWrite, IdleTimeout: adminIdle}}
 	go serveHTTP(a.public, netutil.LimitListener(publicLn, adminConns), "admin", log)
 	log.Info("admin listening", zap.String("addr", publicLn.Addr().String()))
 	if cfg.LocalAdmin == "" {
@@ -59,7 +72,8 @@ func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, adminConns 
 	mux := http.NewServeMux()
 	mux.Handle("/config", config)
 	mux.Handle("/", srv.LocalAdminHandler())
-	a.local = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdle}
+	a.local = &http.Server{Handler: refuseNamedHosts(mux), ReadHeaderTimeout: adminRead,
+		ReadTimeout: adminRead, WriteTimeout: localAdminWrite, IdleTimeout: adminIdle}
 	go serveHTTP(a.local, netutil.LimitListener(localLn, localAdminConns), "local admin", log)
 	addr := localLn.Addr().(*net.TCPAddr)
 	log.Info("local admin listening", zap.String("addr", addr.String()))
@@ -68,6 +82,27 @@ func startAdmin(cfg *Config, srv *proxy.Server, config http.Handler, adminConns 
 			zap.String("addr", addr.String()))
 	}
 	return a, nil
+}
+
+// refuseNamedHosts answers 403 to a request whose Host is a name other
+// than localhost: a web page whose name an attacker points at 127.0.0.1
+// (DNS rebinding) would otherwise read key names, settings and profiles
+// from the browser of someone on the same machine. An address (any IP)
+// or localhost passes, as a curl, a port-forward or a published port
+// sends.
+func refuseNamedHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
+			http.Error(w, "refused: the Host must be an address or localhost, not a name", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // serveHTTP serves s on ln until s is shut down.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,5 +32,25 @@ func TestLocalAdminWarning(t *testing.T) {
 	off := startRun(t, "--local-admin", "")
 	if logs := off.logs.String(); !strings.Contains(logs, `"msg":"local admin off (local-admin \"\"): no /debug/pprof/, /debug/hotkeys or /config"`) {
 		t.Errorf("local-admin \"\": want it logged as off:\n%s", logs)
+	}
+}
+
+// TestLocalAdminRefusesNamedHosts: the local admin pages answer a Host
+// that is an address or localhost, and refuse any other name, so that a
+// page whose name resolves to 127.0.0.1 (DNS rebinding) cannot read them
+// from a browser on the same machine.
+func TestLocalAdminRefusesNamedHosts(t *testing.T) {
+	h := refuseNamedHosts(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("page")) }))
+	for host, want := range map[string]int{
+		"127.0.0.1:9122": 200, "[::1]:9122": 200, "localhost:9122": 200, "LOCALHOST": 200, "10.0.0.5:9122": 200,
+		"evil.example:9122": 403, "evil.example": 403, "localhost.evil.example": 403, "127.0.0.1.nip.io:9122": 403, "": 403,
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/debug/hotkeys", nil)
+		r.Host = host
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("GET /debug/hotkeys with Host %q: %d, want %d", host, w.Code, want)
+		}
 	}
 }

@@ -296,7 +296,8 @@ func TestConfigPostRefused(t *testing.T) {
 	}{
 		{"origin", map[string]string{"Origin": "http://evil.example"}, `{"hot-threshold": 79}`, 403, "POST /config refused: not from a web page (it has an Origin header)\n"},
 		{"text/plain", map[string]string{"Content-Type": "text/plain"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Content-Type must be application/json\n"},
-		{"rebound host", map[string]string{"Host": "evil.example:9121"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Host must be a loopback address or localhost\n"},
+		{"rebound host", map[string]string{"Host": "evil.example:9121"}, `{"hot-threshold": 79}`, 403, "refused: the Host must be an address or localhost, not a name\n"},
+		{"host not loopback", map[string]string{"Host": "10.0.0.5:9122"}, `{"hot-threshold": 79}`, 403, "POST /config refused: the Host must be a loopback address or localhost\n"},
 		{"capacity", nil, `{"cache-capacity": 1000000000000}`, 400, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 1000000000000\n"},
 		{"threshold -1", nil, `{"hot-threshold": -1}`, 400, "hot-threshold: must be between 1 and 4294967295, got -1\n"},
 		{"threshold 0", nil, `{"hot-threshold": 0}`, 400, "hot-threshold: must be between 1 and 4294967295, got 0\n"},

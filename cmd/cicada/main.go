@@ -89,36 +89,39 @@ func reserveP(loops int) {
 
 // ownDescriptors are the descriptors the process holds besides the
 // proxy's and the admin listeners' connections: standard streams, Go's
-// netpoller, the admin listeners, cgroup and /proc files, and Cicada's
-// own Redis connections (control, notifications, flush watch, an ACL
-// lookup). 15 were open in a Cicada at rest.
-const ownDescriptors = 24
+// netpoller, the admin listeners, cgroup and /proc files (a scrape of
+// /metrics opens a few), and Cicada's own Redis connections (control,
+// notifications, flush watch, proxy.ACLLookups lookups). 15 were open in
+// a Cicada at rest.
+const ownDescriptors = 24 + proxy.ACLLookups
 
 // fitMaxClients divides the open-file limit. It lowers maxclients to what
 // fits with loops event loops (proxy.MaxClientsFor) after the process's
-// own descriptors and the admin listeners' least (minAdminConns,
-// localAdminConns), as Redis does (it reserves 32): past the limit
-// accept(2) would fail with EMFILE and gnet would stop serving
-// altogether. It returns that maxclients and how many connections the
-// admin listener may serve at once: what is left, at least minAdminConns.
-// Go raised the soft limit to the hard one at start.
+// own descriptors and the admin listeners' (localAdminConns, and for the
+// public one 1/adminShare of the limit, at least minAdminConns), as Redis
+// does (it reserves 32): past the limit accept(2) would fail with EMFILE
+// and gnet would stop serving altogether. It returns that maxclients and
+// how many connections the admin listener may serve at once: its share
+// and what maxclients leaves. Go raised the soft limit to the hard one at
+// start.
 func fitMaxClients(want, loops int, log *zap.Logger) (maxClients, adminConns int) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return want, minAdminConns
 	}
-	others := ownDescriptors + minAdminConns + localAdminConns
+	admin := max(minAdminConns, int(min(lim.Cur/adminShare, 1<<20)))
+	others := ownDescriptors + admin + localAdminConns
 	fit := proxy.MaxClientsFor(lim.Cur, loops, others)
 	if want > fit {
 		log.Warn("maxclients lowered to fit the open-file limit", zap.Int("maxclients", want),
 			zap.Uint64("open_file_limit", lim.Cur), zap.Int("now", fit))
-		return fit, minAdminConns
+		return fit, admin
 	}
 	spare := uint64(0)
 	if need := uint64(others) + proxy.Descriptors(want, loops); lim.Cur > need {
 		spare = lim.Cur - need
 	}
-	return want, minAdminConns + int(min(spare, 1<<30))
+	return want, admin + int(min(spare, 1<<30))
 }
 
 // newLiveFunc returns what serve calls to make the holder of the live
