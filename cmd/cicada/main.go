@@ -110,7 +110,9 @@ func fitMaxClients(want, loops int, log *zap.Logger) (maxClients, adminConns int
 		return want, minAdminConns
 	}
 	admin := max(minAdminConns, int(min(lim.Cur/adminShare, 1<<20)))
-	others := ownDescriptors + admin + localAdminConns
+	// Each admin connection may hold a second descriptor while its
+	// request reads /proc (/metrics' process collector, pprof).
+	others := ownDescriptors + 2*(admin+localAdminConns)
 	fit := proxy.MaxClientsFor(lim.Cur, loops, others)
 	if want > fit {
 		log.Warn("maxclients lowered to fit the open-file limit", zap.Int("maxclients", want),
@@ -121,7 +123,7 @@ func fitMaxClients(want, loops int, log *zap.Logger) (maxClients, adminConns int
 	if need := uint64(others) + proxy.Descriptors(want, loops); lim.Cur > need {
 		spare = lim.Cur - need
 	}
-	return want, admin + int(min(spare, 1<<30))
+	return want, admin + int(min(spare/2, 1<<30))
 }
 
 // newLiveFunc returns what serve calls to make the holder of the live

@@ -33,7 +33,7 @@ func pingWithin(t *testing.T, addr string, d time.Duration) {
 	}
 }
 
-// TestACLLookupsWithinDescriptors: under a 512-descriptor limit, 170
+// TestACLLookupsWithinDescriptors: under a 768-descriptor limit, 250
 // users (within maxclients) each send HOTKEYS while Redis is busy in a
 // script, so that every ACL GETUSER lookup (a connection of its own) is
 // in flight at once, with 32 idle connections on the admin port, and
@@ -43,9 +43,9 @@ func pingWithin(t *testing.T, addr string, d time.Duration) {
 func TestACLLookupsWithinDescriptors(t *testing.T) {
 	raiseFiles(t)
 	r := redistest.Start(t)
-	p := cicadatest.StartBinaryUnder(t, []string{"bash", "-c", `ulimit -n 512 && exec "$0" "$@"`}, r.Addr, "--loops", "1")
+	p := cicadatest.StartBinaryUnder(t, []string{"bash", "-c", `ulimit -n 768 && exec "$0" "$@"`}, r.Addr, "--loops", "1")
 	ctx := context.Background()
-	const users = 170
+	const users = 250
 	direct := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
 	defer direct.Close()
 	var clients []net.Conn
