@@ -240,8 +240,9 @@ func closeAll(conns []net.Conn) {
 }
 
 // TestIdleConnections holds 10,000 idle connections open through Cicada
-// and directly to Redis (fewer if the open-file limit is under 20,200), and logs the RSS each costs; closing them must
-// give back every client and upstream connection (no fd leak):
+// and directly to Redis (fewer if the open-file limit holds fewer: as
+// many as Cicada's maxclients), and logs the RSS each costs; closing them
+// must give back every client and upstream connection (no fd leak):
 //
 //	go test -run TestIdleConnections -v ./test/resources/
 func TestIdleConnections(t *testing.T) {
@@ -250,6 +251,7 @@ func TestIdleConnections(t *testing.T) {
 	n := min(10000, int(raiseFiles(t)-200)/2)
 	r := redistest.Start(t, "--maxclients", fmt.Sprint(2*n))
 	p := cicadatest.StartBinary(t, r.Addr)
+	n = min(n, int(p.Metric(t, "cicada_maxclients")))
 	redisPid := r.Cmd.Process.Pid
 
 	base := cicadatest.RSS(t, redisPid)
