@@ -155,6 +155,7 @@ type Cache struct {
 	smask     uint64
 	suspended atomic.Int64  // > 0: no hits, no fills
 	off       atomic.Bool   // mirrors disabled, for lock-free readers (Off)
+	noNils    atomic.Bool   // nil replies are not cached (SetNilReplies); set under mu
 	epoch     atomic.Uint64 // bumped by Suspend, Resume and Flush
 	now       func() int64
 	maxValue  atomic.Int64                      // bytes; read by Fill before it locks
@@ -458,7 +459,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ticketValid(t) {
+	if !c.ticketValid(t) || (f.Reply == nil && c.noNils.Load()) {
 		return false
 	}
 	if old := c.find(f.DB, f.Hash, f.Key); old != nil && old.expireAt != 0 && c.now() >= old.expireAt {

@@ -107,6 +107,25 @@ func (c *Cache) evictKeysLocked(match func(key []byte) bool, why Reason) {
 	}
 }
 
+// SetNilReplies allows (true, the default) or refuses caching nil replies
+// (GET or HGET of an absent key or field). Refusing empties the cache and
+// invalidates fill tickets already handed out, so no nil reply is served
+// from then on. For a server whose key creations Cicada cannot hear of
+// (keyspace.Subscriber: a module's writes without keyspace notifications).
+// Idempotent. Safe from any goroutine.
+func (c *Cache) SetNilReplies(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.noNils.Load() == !on {
+		return
+	}
+	c.noNils.Store(!on)
+	if !on {
+		c.epoch.Add(1)
+		c.removeAllLocked(ReasonConfig)
+	}
+}
+
 // SetEnabled turns caching off (empty, no hits, no fills: every request is
 // forwarded) or back on. Idempotent. Safe from any goroutine.
 func (c *Cache) SetEnabled(on bool) {

@@ -47,6 +47,22 @@ func (s *session) onCommand(n int) decision {
 			return d
 		}
 	}
+	if authenticates(args, argc) && !s.opaqueSend {
+		switch {
+		case s.sendMulti && s.srv.fencer.Commands().AuthErrorsDropped():
+			// Queued, a failed AUTH's error goes missing from EXEC's
+			// reply (redis/redis#15640): the replies that follow cannot
+			// be counted.
+			s.loop.stats.forwarded.Add(1)
+			s.pushOpaque()
+			return decideForward
+		case !s.sendMulti && s.slots.len() > 0:
+			// Sent behind other requests, Redis 7.2+ drops a failed
+			// AUTH's error while their replies are pending in its output
+			// buffer (redis/redis#15640): it goes alone, once they are in.
+			return decidePause
+		}
+	}
 	s.loop.stats.forwarded.Add(1)
 	if len(args) > 0 && command.EqualFold(args[0], "quit") {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
@@ -57,7 +73,7 @@ func (s *session) onCommand(n int) decision {
 		}
 		return decideForward
 	}
-	spec := command.Resolve(args)
+	spec := s.srv.fencer.Commands().Resolve(args)
 	name := ""
 	if spec != nil && spec.ArityOK(int(argc)) {
 		name = spec.Name
@@ -427,13 +443,26 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		s.forwardRead(ri)
 		s.queue(slot{kind: slotSwallow})
 		s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, key)
+		if isField && srv.fencer.Commands().FieldTTL() {
+			// A field expires on its own (Redis 7.4+), and Redis tells
+			// only when its active expiry deletes it: the field's TTL
+			// bounds the entry too.
+			ri.fieldTTL = true
+			s.queue(slot{kind: slotSwallow})
+			s.loop.inject = resp.AppendCommand(s.loop.inject, hpttl, key, fields, one, field)
+		}
 		s.loop.stats.fillsTried.Add(1)
 		return decideInject, true
 	}
 	return s.forwardRead(nil), true
 }
 
-var pttl = []byte("PTTL")
+var (
+	pttl   = []byte("PTTL")
+	hpttl  = []byte("HPTTL")
+	fields = []byte("FIELDS")
+	one    = []byte("1")
+)
 
 func (s *session) forwardRead(ri *readInfo) decision {
 	if !s.opaqueSend {
@@ -442,6 +471,21 @@ func (s *session) forwardRead(ri *readInfo) decision {
 	s.loop.stats.misses.Add(1)
 	s.loop.stats.forwarded.Add(1)
 	return decideForward
+}
+
+// authenticates reports whether a request is AUTH, or HELLO that may carry
+// an AUTH option (one it cannot read counts).
+func authenticates(args [][]byte, argc int64) bool {
+	switch {
+	case len(args) == 0:
+		return false
+	case command.EqualFold(args[0], "auth"):
+		return true
+	case command.EqualFold(args[0], "hello"):
+		_, _, auth, _ := parseHello(args)
+		return auth || int64(len(args)) != argc
+	}
+	return false
 }
 
 // parseHello returns the protocol version HELLO asks for (0 if none),

@@ -13,6 +13,7 @@ import (
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
+	"github.com/cicada-proxy/cicada/proxy/command"
 	"github.com/cicada-proxy/cicada/proxy/resp"
 )
 
@@ -57,6 +58,7 @@ func (quietFencer) Reconnects() uint64                                { return 0
 func (quietFencer) Flushes() uint64                                   { return 0 }
 func (quietFencer) IdleTimeout() time.Duration                        { return 0 }
 func (quietFencer) Cluster() *cluster.Topology                        { return cluster.NewTopology() }
+func (quietFencer) Commands() *command.Learned                        { return nil }
 func (quietFencer) OutputLimit(bool) (int64, int64, time.Duration) {
 	return 0, 0, 0
 }

@@ -571,12 +571,20 @@ func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
 	s.pendingFill = ri
 }
 
-// finishFill takes the PTTL reply that follows a fill GET/HGET and caches
-// the reply if the key's TTL allows.
+// finishFill takes the PTTL reply that follows a fill GET/HGET (and, for
+// a field on a server with hash-field expiration, the HPTTL reply after
+// it) and caches the reply if the TTLs allow.
 func (s *session) finishFill(fr *resp.Frame) {
 	ri := s.pendingFill
 	s.pendingFill = nil
-	if ri == nil || fr.Value.Type != resp.TypeInteger {
+	if ri == nil {
+		return
+	}
+	if ri.awaitHPTTL {
+		s.finishFieldFill(ri, fr)
+		return
+	}
+	if fr.Value.Type != resp.TypeInteger {
 		return
 	}
 	ttl, ok := atoi(fr.Value.Head())
@@ -598,6 +606,51 @@ func (s *session) finishFill(fr *resp.Frame) {
 	if ttl != -2 && ri.isNil && !ri.isField {
 		return // GET said absent, PTTL present: created in between
 	}
+	if ri.fieldTTL {
+		ri.expireAt, ri.awaitHPTTL = expireAt, true
+		s.pendingFill = ri // the HPTTL reply is next
+		return
+	}
+	s.fill(ri, expireAt)
+}
+
+// finishFieldFill takes the HPTTL key FIELDS 1 field reply, a one-element
+// array: -2 the field is absent, -1 it has no TTL, else its TTL in ms.
+func (s *session) finishFieldFill(ri *readInfo, fr *resp.Frame) {
+	if fr.Value.Type != resp.TypeArray || fr.Value.Len != 1 ||
+		fr.Elems[0].Type != resp.TypeInteger {
+		return
+	}
+	ttl, ok := atoi(fr.Elems[0].Head())
+	if !ok {
+		return
+	}
+	expireAt := ri.expireAt
+	switch {
+	case ttl == -2:
+		if !ri.isNil {
+			return // deleted or expired in between
+		}
+	case ttl == -1:
+		if ri.isNil {
+			return // HGET said absent, HPTTL present: created in between
+		}
+	case ttl >= 0:
+		if ri.isNil {
+			return
+		}
+		if at := ri.sentAt + ttl*1e6; expireAt == 0 || at < expireAt {
+			expireAt = at
+		}
+	default:
+		return
+	}
+	s.fill(ri, expireAt)
+}
+
+// fill caches the reply of a fill whose TTLs are known; expireAt is the
+// cache clock's expiry (0: none).
+func (s *session) fill(ri *readInfo, expireAt int64) {
 	req := hotcache.FillRequest{DB: ri.db, Hash: ri.h, Key: ri.key, Field: ri.field, IsField: ri.isField,
 		ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: s.ident}
 	if !ri.isNil {

@@ -62,6 +62,9 @@ type Notifications interface {
 	// Cluster is the view of the Redis Cluster slots the node answers
 	// for (Enabled false outside cluster mode).
 	Cluster() *cluster.Topology
+	// Commands is what the server's COMMAND reply adds to the built-in
+	// command table (nil: the built-in table alone).
+	Commands() *command.Learned
 }
 
 // Config configures a Server.

@@ -19,7 +19,7 @@ type slotKind uint8
 const (
 	slotReply   slotKind = iota // one reply, forwarded to the client
 	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
-	slotSwallow                 // Cicada's own PTTL after a fill GET: not forwarded
+	slotSwallow                 // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
 	slotOpaque                  // from here on, replies pass through unframed
 )
 
@@ -91,10 +91,17 @@ type readInfo struct {
 	ticket  hotcache.Ticket
 	epoch   uint64 // cache epoch at send, for a proof of permission
 	sentAt  int64
+	// fieldTTL: an HPTTL for the field follows the PTTL (a server with
+	// hash-field expiration).
+	fieldTTL bool
 	// Set when the GET/HGET reply arrived and the PTTL reply is awaited.
 	reply    []byte
 	isNil    bool
 	valueLen int
+	// expireAt is the key's expiry from the PTTL reply (0: none), kept
+	// while the HPTTL reply is awaited (awaitHPTTL).
+	expireAt   int64
+	awaitHPTTL bool
 }
 
 // clientConn is what a session uses of its client connection: the gnet

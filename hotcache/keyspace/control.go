@@ -146,7 +146,7 @@ func (s *Subscriber) interval() time.Duration {
 // checkRedis checks the configuration (checkConfig) and the command
 // counters (checkCounters).
 func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
-	if _, err := s.checkConfig(ctx, ctl); err != nil {
+	if _, err := s.checkConfig(ctx, ctl, false); err != nil {
 		return err
 	}
 	return s.checkCounters(ctx, ctl)
@@ -155,7 +155,8 @@ func (s *Subscriber) checkRedis(ctx context.Context, ctl *redis.Client) error {
 // checkConfig checks notify-keyspace-events, adds the missing classes when
 // allowed (flushing the cache: writes in the gap were not notified; set
 // reports that it did), and reads timeout and client-output-buffer-limit.
-func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bool, err error) {
+// changed: a CONFIG SET or RESETSTAT ran since the last check.
+func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client, changed bool) (set bool, err error) {
 	get := redis.NewMapStringStringCmd(ctx, "config", "get", "notify-keyspace-events", "timeout",
 		"client-output-buffer-limit")
 	_ = ctl.Process(ctx, get)
@@ -167,26 +168,47 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client) (set bo
 	if !ok {
 		return false, fmt.Errorf("keyspace: CONFIG GET: no notify-keyspace-events")
 	}
-	if missing := missingClasses(cur); missing != "" {
-		if !s.cfg.Configure {
-			return false, fmt.Errorf("%w (missing %q)", ErrNotConfigured, missing)
-		}
+	missing := missingClasses(cur, needed)
+	// A server whose modules write needs n (new key) too, which CONFIG GET
+	// never shows (Redis 7.0 to 8.0 leave it out of the text): Cicada sets
+	// it at the start of a session and after any CONFIG SET, and cannot
+	// verify it. Without it, only a cached nil reply could be stale (a key
+	// a module creates on a direct connection), so nil replies are not
+	// cached then.
+	modules := s.Commands().ModuleWrites()
+	assertNew := modules && s.cfg.Configure && (changed || !s.newSet)
+	nils := !modules || s.cfg.Configure
+	if !nils && !s.newSet {
+		s.newSet = true // logged once a session
+		s.log.Warn("configure-notifications is off and the server's modules write keys without keyspace notifications: nil replies are not cached")
+	}
+	if missing != "" && !s.cfg.Configure {
+		return false, fmt.Errorf("%w (missing %q)", ErrNotConfigured, missing)
+	}
+	if missing != "" || assertNew {
 		merged := cur + missing
+		if assertNew {
+			merged += newKeyClass
+		}
 		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
 			return false, fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
 		}
+		s.newSet = s.newSet || assertNew
 		// Writes made while the classes were missing sent no notification.
 		s.cache.Flush()
-		s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
+		if missing != "" {
+			s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
+		}
 		after, err := ctl.ConfigGet(ctx, "notify-keyspace-events").Result()
 		if err != nil {
 			return true, fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)
 		}
-		if missing := missingClasses(after["notify-keyspace-events"]); missing != "" {
+		if missing := missingClasses(after["notify-keyspace-events"], needed); missing != "" {
 			return true, fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
 		}
 		set = true
 	}
+	s.cache.SetNilReplies(nils)
 	if n, err := strconv.ParseInt(cfg["timeout"], 10, 64); err == nil && n >= 0 {
 		s.idle.Store(int64(time.Duration(n) * time.Second))
 	}
@@ -247,7 +269,7 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 	if !configChanged {
 		return nil
 	}
-	set, err := s.checkConfig(ctx, ctl)
+	set, err := s.checkConfig(ctx, ctl, true)
 	if err != nil || !set {
 		return err
 	}
@@ -378,11 +400,11 @@ func parseCalls(info string, names []string) map[string]int64 {
 	return calls
 }
 
-// missingClasses returns the classes of needed absent from flags, as
+// missingClasses returns the classes of want absent from flags, as
 // notify-keyspace-events letters; 'A' stands for all of g$lshzxetd.
-func missingClasses(flags string) string {
+func missingClasses(flags, want string) string {
 	var missing strings.Builder
-	for _, c := range needed {
+	for _, c := range want {
 		if strings.ContainsRune(flags, c) {
 			continue
 		}

@@ -33,7 +33,7 @@ func TestMissingClasses(t *testing.T) {
 		"": "Kg$lshzxetd", "AK": "", "KA": "", "Ex": "Kg$lshzetd", "AKE": "", "A": "K", "K": "g$lshzxetd",
 		"Kg$lshzxetd": "", "AEm": "K",
 	} {
-		if got := missingClasses(flags); got != want {
+		if got := missingClasses(flags, needed); got != want {
 			t.Errorf("missingClasses(%q) = %q, want %q", flags, got, want)
 		}
 	}

@@ -55,6 +55,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/proxy/command"
 )
 
 // Pattern is the channel pattern Cicada subscribes to.
@@ -63,6 +64,11 @@ const Pattern = "__keyspace@*__:*"
 // needed are the notify-keyspace-events classes Cicada relies on: K
 // (keyspace channel) and every event class of A (g$lshzxetd in 7.0).
 const needed = "Kg$lshzxetd"
+
+// newKeyClass is the "new key" class, set too when the server's modules
+// write keys (command.Learned.ModuleWrites): Redis 8.0's vector sets send
+// no other notification when VADD creates a key (checkConfig).
+const newKeyClass = "n"
 
 // Errors reported through the logger and ReadyErr.
 var (
@@ -113,10 +119,11 @@ type Subscriber struct {
 	ctlErr     atomic.Pointer[error] // why the control goroutine ended the session
 	events     atomic.Uint64
 	reconnects atomic.Uint64
-	flushes    atomic.Uint64               // flushes of Redis seen through tracking
-	watch      atomic.Pointer[watchedConn] // the notification connection, for Quiet
-	topo       *cluster.Topology           // Redis Cluster view (cluster.go)
-	role       atomic.Pointer[roleWatch]   // the blocked WAIT of a master, or nil (cluster.go)
+	flushes    atomic.Uint64                   // flushes of Redis seen through tracking
+	watch      atomic.Pointer[watchedConn]     // the notification connection, for Quiet
+	topo       *cluster.Topology               // Redis Cluster view (cluster.go)
+	role       atomic.Pointer[roleWatch]       // the blocked WAIT of a master, or nil (cluster.go)
+	commands   atomic.Pointer[command.Learned] // the server's commands beyond the built-in table (learnCommands)
 
 	fmu       sync.Mutex // guards the following
 	requested uint64     // fences requested so far
@@ -130,6 +137,9 @@ type Subscriber struct {
 	// noACLList is set (Run: control) once ACL LIST was refused: the
 	// counters alone are read from then on.
 	noACLList bool
+	// newSet (Run: session, then control) is set once the session has set
+	// the n class (or warned that it cannot): checkConfig.
+	newSet bool
 }
 
 // New returns a Subscriber for cache. The cache is suspended until the
@@ -173,6 +183,12 @@ func (s *Subscriber) OutputLimit(pubsub bool) (hard, soft int64, softFor time.Du
 	}
 	return c[0], c[1], time.Duration(c[2]) * time.Second
 }
+
+// Commands is what the server's COMMAND reply adds to the built-in command
+// table, read at the start of every subscription session, before the cache
+// may answer (nil, the built-in table alone, when COMMAND was refused or
+// before the first session). Safe from any goroutine.
+func (s *Subscriber) Commands() *command.Learned { return s.commands.Load() }
 
 // Events returns the keyspace notifications received since start.
 func (s *Subscriber) Events() uint64 { return s.events.Load() }
@@ -328,6 +344,11 @@ func (s *Subscriber) session(ctx context.Context) error {
 	defer ctl.Close()
 	s.ctlErr.Store(nil)
 	s.counters = nil // the flush at up() covers anything before the baseline
+	s.newSet = false
+	// The commands first: whether a module writes decides the classes.
+	if err := s.learnCommands(ctx, ctl); err != nil {
+		return err
+	}
 	if err := s.checkRedis(ctx, ctl); err != nil {
 		return err
 	}
@@ -425,6 +446,50 @@ func (s *Subscriber) session(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// learnCommands reads INFO server and COMMAND and publishes what they add
+// to the built-in table (Commands). A refusal (an ACL without +command or
+// +info) leaves the built-in table alone, logged once per session; a
+// connection failure ends the session.
+func (s *Subscriber) learnCommands(ctx context.Context, ctl *redis.Client) error {
+	info, err := ctl.Info(ctx, "server").Result()
+	if err != nil && !isRedisError(err) {
+		return fmt.Errorf("keyspace: INFO server: %w", err)
+	}
+	reply, err := ctl.Do(ctx, "command").Result()
+	if err != nil && !isRedisError(err) {
+		return fmt.Errorf("keyspace: COMMAND: %w", err)
+	}
+	if err != nil {
+		reply = []any{} // refused: the version alone
+	}
+	l, lerr := command.Learn(reply, info)
+	if lerr != nil {
+		l, _ = command.Learn([]any{}, info)
+	}
+	if err == nil {
+		err = lerr
+	}
+	old := s.commands.Swap(l)
+	if err != nil {
+		s.log.Warn("COMMAND not usable: commands newer than Redis "+command.TableVersion+" are treated as unknown (evicting through a fence)",
+			zap.Error(err))
+		return nil
+	}
+	if old == nil || len(old.Added()) != len(l.Added()) {
+		name, version := l.Server()
+		s.log.Info("commands learned from the server", zap.String("server", name), zap.String("version", version),
+			zap.Int("beyond built-in", len(l.Added())), zap.Bool("hash-field TTLs", l.FieldTTL()))
+	}
+	return nil
+}
+
+// isRedisError reports whether err is a reply of Redis (NOPERM, ERR), not a
+// connection failure.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // up flushes the cache (notifications may have been missed while down),

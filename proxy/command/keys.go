@@ -25,6 +25,7 @@ const (
 	kindNumkeysAt1                   // LMPOP / ZMPOP numkeys key...
 	kindNumkeysAt2                   // BLMPOP / BZMPOP timeout numkeys key...
 	kindXReadGroup                   // XREADGROUP ... STREAMS key... id...
+	kindKeySpecs                     // a learned command: its key specifications (learned.go)
 )
 
 // WrittenKeys appends to dst every key the command may modify (create,
@@ -70,6 +71,8 @@ func (s *Spec) WrittenKeys(args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 		dst, ok = numkeysKeys(args, 2, dst)
 	case kindXReadGroup:
 		dst, ok = xreadgroupKeys(args, dst)
+	case kindKeySpecs:
+		dst, ok = specKeys(s, args, dst)
 	}
 	if !ok {
 		return dst[:n0], false

@@ -58,9 +58,15 @@ type Spec struct {
 	// Effect is what the command can do to cached data.
 	Effect Effect
 
-	keys      keysKind // how WrittenKeys finds the keys when Effect is EffectKeys
-	container bool     // has subcommands; Resolve looks at args[1]
+	keys      keysKind  // how WrittenKeys finds the keys when Effect is EffectKeys
+	container bool      // has subcommands; Resolve looks at args[1]
+	keySpecs  []keySpec // kindKeySpecs: the written key specs of a learned command
 }
+
+// TableVersion is the redis_version of the server whose COMMAND reply the
+// built-in table was generated from ("7.0.15"); newer commands are learned
+// from the live server (Learned).
+const TableVersion = tableRedisVersion
 
 // maxNameLen bounds the "parent|sub" name Resolve builds; the longest 7.0
 // name is 29 bytes ("cluster|count-failure-reports").

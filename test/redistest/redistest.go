@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,4 +154,65 @@ func waitReady(addr string, exited chan error, timeout time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("no PONG from %s within %v", addr, timeout)
+}
+
+// Version is what a server says of itself in INFO server: Name "redis" or
+// "valkey" and its version (Valkey's own, not the redis_version it reports
+// for compatibility).
+type Version struct {
+	Name                string
+	Major, Minor, Patch int
+}
+
+// String returns "redis 8.0.2".
+func (v Version) String() string {
+	return fmt.Sprintf("%s %d.%d.%d", v.Name, v.Major, v.Minor, v.Patch)
+}
+
+// AtLeast reports whether v is a Redis of at least major.minor; Valkey
+// counts as the Redis 7.2 it was forked from, plus what it added since.
+func (v Version) AtLeast(major, minor int) bool {
+	m, n := v.Major, v.Minor
+	if v.Name == "valkey" {
+		m, n = 7, 2
+	}
+	return m > major || (m == major && n >= minor)
+}
+
+// binaryVersion caches BinaryVersion.
+var binaryVersion = sync.OnceValues(func() (Version, error) {
+	bin := Binary()
+	if bin == "" {
+		return Version{}, fmt.Errorf("redis-server not found in PATH")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return Version{}, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	// "Redis server v=8.0.2 sha=..." or "Valkey server v=8.1.1 sha=..."
+	name, rest, _ := strings.Cut(string(out), " server v=")
+	ver, _, _ := strings.Cut(rest, " ")
+	v := Version{Name: strings.ToLower(name)}
+	parts := strings.SplitN(ver, ".", 3)
+	for i, dst := range []*int{&v.Major, &v.Minor, &v.Patch} {
+		if i < len(parts) {
+			*dst, _ = strconv.Atoi(parts[i])
+		}
+	}
+	if v.Name != "redis" && v.Name != "valkey" || v.Major == 0 {
+		return Version{}, fmt.Errorf("%s --version: unexpected %q", bin, out)
+	}
+	return v, nil
+})
+
+// BinaryVersion returns the Version of the redis-server in PATH (the one
+// every Start runs), from its --version output.
+func BinaryVersion(t testing.TB) Version {
+	t.Helper()
+	Require(t)
+	v, err := binaryVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -187,9 +187,8 @@ type Command struct {
 	Flags []string // e.g. "write", "denyoom", in server order
 	// First, Last and Step are the legacy key positions.
 	First, Last, Step int
-	// KeySpecFlags holds the "flags" list of each key specification, e.g.
-	// ["RW", "access", "update"].
-	KeySpecFlags [][]string
+	// KeySpecs are the command's key specifications, in server order.
+	KeySpecs []KeySpec
 	// Subcommands are the entries of a container command, e.g. "client|id".
 	Subcommands []Command
 }
@@ -248,17 +247,11 @@ func parseCommand(v any) (Command, error) {
 		First: int(first), Last: int(last), Step: int(step),
 	}
 	for _, s := range specs {
-		m, ok := s.([]any)
-		if !ok {
-			return c, fmt.Errorf("%w: %s: key spec is not a map", ErrShape, c.Name)
+		ks, err := parseKeySpec(s)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", c.Name, err)
 		}
-		var f []string
-		for i := 0; i+1 < len(m); i += 2 {
-			if k, _ := m[i].(string); k == "flags" {
-				f, _ = stringList(m[i+1])
-			}
-		}
-		c.KeySpecFlags = append(c.KeySpecFlags, f)
+		c.KeySpecs = append(c.KeySpecs, ks)
 	}
 	for _, s := range subs {
 		sc, err := parseCommand(s)
@@ -268,6 +261,103 @@ func parseCommand(v any) (Command, error) {
 		c.Subcommands = append(c.Subcommands, sc)
 	}
 	return c, nil
+}
+
+// KeySpec is one key specification of a COMMAND entry (Redis 7.0 and
+// later): where the search for keys begins and how keys are found from
+// there, as described in https://redis.io/docs/latest/develop/reference/key-specs/.
+type KeySpec struct {
+	// Flags are the spec's flags, e.g. ["RW", "access", "update"].
+	Flags []string
+	// BeginSearch is "index" (Index is the first key's argument position),
+	// "keyword" (search for Keyword from StartFrom: positive counts from
+	// the start, negative from the end, towards the other end) or
+	// "unknown".
+	BeginSearch string
+	Index       int
+	Keyword     string
+	StartFrom   int
+	// FindKeys is "range" (LastKey: the last key relative to the first, or
+	// negative from the end of the arguments; KeyStep between keys; Limit,
+	// when LastKey is negative, keeps only 1/Limit of the rest), "keynum"
+	// (the key count is at KeyNumIdx past the first position, the keys
+	// start FirstKey past it, KeyStep apart) or "unknown".
+	FindKeys                string
+	LastKey, KeyStep, Limit int
+	KeyNumIdx, FirstKey     int
+}
+
+// parseKeySpec parses one key specification: a flat map of "flags",
+// "begin_search", "find_keys" (and "notes"), each search a map of "type"
+// and "spec".
+func parseKeySpec(v any) (KeySpec, error) {
+	var ks KeySpec
+	m, ok := v.([]any)
+	if !ok || len(m)%2 != 0 {
+		return ks, fmt.Errorf("%w: key spec is not a map", ErrShape)
+	}
+	for i := 0; i < len(m); i += 2 {
+		k, _ := m[i].(string)
+		var err error
+		switch k {
+		case "flags":
+			if ks.Flags, ok = stringList(m[i+1]); !ok {
+				return ks, fmt.Errorf("%w: key spec flags", ErrShape)
+			}
+		case "begin_search":
+			var f map[string]any
+			if ks.BeginSearch, f, err = search(m[i+1]); err == nil {
+				ks.Index, ks.StartFrom = intField(f, "index"), intField(f, "startfrom")
+				ks.Keyword, _ = f["keyword"].(string)
+			}
+		case "find_keys":
+			var f map[string]any
+			if ks.FindKeys, f, err = search(m[i+1]); err == nil {
+				ks.LastKey, ks.KeyStep, ks.Limit = intField(f, "lastkey"), intField(f, "keystep"), intField(f, "limit")
+				ks.KeyNumIdx, ks.FirstKey = intField(f, "keynumidx"), intField(f, "firstkey")
+			}
+		}
+		if err != nil {
+			return ks, err
+		}
+	}
+	return ks, nil
+}
+
+// search parses a begin_search or find_keys map: its type and its spec's
+// fields. A type other than a string, or a spec that is not a map, is
+// ErrShape; an absent or empty search is "unknown".
+func search(v any) (kind string, fields map[string]any, err error) {
+	m, ok := v.([]any)
+	if !ok || len(m)%2 != 0 {
+		return "", nil, fmt.Errorf("%w: key search is not a map", ErrShape)
+	}
+	kind, fields = "unknown", map[string]any{}
+	for i := 0; i < len(m); i += 2 {
+		switch k, _ := m[i].(string); k {
+		case "type":
+			if kind, ok = m[i+1].(string); !ok {
+				return "", nil, fmt.Errorf("%w: key search type", ErrShape)
+			}
+		case "spec":
+			f, ok := m[i+1].([]any)
+			if !ok || len(f)%2 != 0 {
+				return "", nil, fmt.Errorf("%w: key search spec is not a map", ErrShape)
+			}
+			for j := 0; j < len(f); j += 2 {
+				if name, ok := f[j].(string); ok {
+					fields[name] = f[j+1]
+				}
+			}
+		}
+	}
+	return kind, fields, nil
+}
+
+// intField returns f[name] when it is an integer, else 0.
+func intField(f map[string]any, name string) int {
+	n, _ := f[name].(int64)
+	return int(n)
 }
 
 // stringList converts an array of strings.

@@ -62,7 +62,7 @@ func TestParseCommands(t *testing.T) {
 		t.Fatalf("ParseCommands: got error %v, want nil", err)
 	}
 	want := []Command{
-		{Name: "get", Arity: 2, Flags: []string{"readonly", "fast"}, First: 1, Last: 1, Step: 1, KeySpecFlags: [][]string{{"RO", "access"}}},
+		{Name: "get", Arity: 2, Flags: []string{"readonly", "fast"}, First: 1, Last: 1, Step: 1, KeySpecs: []KeySpec{{Flags: []string{"RO", "access"}, BeginSearch: "unknown"}}},
 		{Name: "client", Arity: -2, Flags: []string{}, Subcommands: []Command{{Name: "client|id", Arity: 2, Flags: []string{"noscript"}}}},
 	}
 	if !reflect.DeepEqual(got, want) {
