@@ -432,6 +432,7 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		parser: resp.NewRequestParser(),
 		proto:  2,
 	}
+	s.parser.SetNulVisible(srv.fencer.Commands().NulVisibleInHeaders())
 	s.setFresh()
 	s.upLink = &upstreamLink{s: s}
 	s.loop.register(s)

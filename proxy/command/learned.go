@@ -359,3 +359,10 @@ func (l *Learned) AuthErrorsDropped() bool {
 	}
 	return false
 }
+
+// NulVisibleInHeaders reports whether the server finds a multibulk header
+// line's end past a NUL byte: Valkey 8 and later (memchr), where Redis
+// stops at it (strchr) and waits for more. False on the nil *Learned.
+func (l *Learned) NulVisibleInHeaders() bool {
+	return l != nil && l.server == "valkey" && l.version[0] >= 8
+}

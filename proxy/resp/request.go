@@ -110,7 +110,18 @@ type RequestParser struct {
 	errEnd    int // bytes of the failing Parse's input Redis must see to fail too
 
 	scanned int64 // bytes searched for line ends, over the parser's life (tests: linear work)
+
+	// nulVisible: a NUL byte does not hide a multibulk header line's end
+	// (Valkey 8 searches it with memchr; Redis, and every server's inline
+	// requests, with strchr). Set by SetNulVisible.
+	nulVisible bool
 }
+
+// SetNulVisible makes a NUL byte in a multibulk header line (the "*" and
+// "$" lines) not hide the line's end, as Valkey 8 parses them (memchr);
+// the default is Redis's strchr, for which it does. Inline requests are
+// parsed with strchr on both. Call before the first Parse.
+func (p *RequestParser) SetNulVisible(on bool) { p.nulVisible = on }
 
 // NewRequestParser returns a parser for one connection.
 func NewRequestParser() *RequestParser {
@@ -405,7 +416,7 @@ func (p *RequestParser) unknownInline() Result {
 // crLine finds the '\r' that ends a header line starting at start, as
 // Redis does with strchr from the line's first byte: the first byte itself
 // may be the '\r' (an empty line), and a NUL byte hides everything after
-// it. ok requires one more byte after the '\r' (Redis skips it unchecked).
+// it (unless nulVisible). ok requires one more byte after the '\r' (Redis skips it unchecked).
 // tooBig reports that no line end was found and more than MaxInlineSize
 // bytes are waiting. It goes on from where the last search of the same
 // line stopped.
@@ -416,7 +427,7 @@ func (p *RequestParser) crLine(b []byte, start int) (cr int, ok, tooBig bool) {
 		if i := bytes.IndexByte(b[from:], '\r'); i >= 0 {
 			cr = from + i
 			p.scanned += int64(2*cr + 1 - from - start)
-			if bytes.IndexByte(b[start:cr], 0) < 0 {
+			if p.nulVisible || bytes.IndexByte(b[start:cr], 0) < 0 {
 				if cr+1 < len(b) {
 					p.scan = 0 // the next line starts after this one
 					return cr, true, false

@@ -399,3 +399,34 @@ func TestRequestParserShrink(t *testing.T) {
 		t.Fatalf("the rest of the streamed SET = %d, %v, %q", m, r, p.Args())
 	}
 }
+
+// TestRequestParserNulVisible: with SetNulVisible (Valkey 8's memchr), a
+// NUL byte no longer hides a multibulk header line's end, and the line is
+// judged as Valkey judges it (replies checked against valkey-server 8.1.1);
+// inline requests still wait, as on every server.
+func TestRequestParserNulVisible(t *testing.T) {
+	for _, tt := range []struct{ in, redis, valkey string }{
+		{"*1\r\n$\x00\r\n", "", "Protocol error: invalid bulk length"},
+		{"*1\r\n\x00abc\r\n", "", "Protocol error: expected '$', got '\x00'"},
+		{"*\x001\r\n", "", "Protocol error: invalid multibulk length"},
+		{"*1\r\n$3\x00\r\nabc\r\n", "", "Protocol error: invalid bulk length"},
+		{"ECHO a\x00b\r\n", "", ""},
+	} {
+		for _, visible := range []bool{false, true} {
+			p := NewRequestParser()
+			p.SetNulVisible(visible)
+			evs, _ := drive(p, [][]byte{[]byte(tt.in)})
+			got := ""
+			if len(evs) > 0 {
+				got = evs[len(evs)-1].err
+			}
+			want := tt.redis
+			if visible {
+				want = tt.valkey
+			}
+			if got != want {
+				t.Errorf("%q (NUL visible %v): got error %q, want %q (events %v)", tt.in, visible, got, want, evs)
+			}
+		}
+	}
+}

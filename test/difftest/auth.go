@@ -101,7 +101,7 @@ func parseArrays(b []byte) (cmds [][]string, ends []int, ok bool) {
 			return nil, nil, false
 		}
 		n, err := strconv.Atoi(h[1:])
-		if err != nil || n < 1 {
+		if err != nil || n < 1 || n > len(b) {
 			return nil, nil, false
 		}
 		args := make([]string, 0, n)
@@ -111,7 +111,7 @@ func parseArrays(b []byte) (cmds [][]string, ends []int, ok bool) {
 				return nil, nil, false
 			}
 			m, err := strconv.Atoi(h[1:])
-			if err != nil || m < 0 {
+			if err != nil || m < 0 || m > len(b)-off {
 				return nil, nil, false
 			}
 			v := make([]byte, m+2)
