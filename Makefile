@@ -5,15 +5,17 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 SUDO := $(if $(filter 0,$(shell id -u)),,$(shell command -v sudo 2>/dev/null))
 APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: help build image run test conformance test-cluster deps bench-deps bench fmt clean
+.PHONY: help build image run test conformance conformance-run test-matrix servers test-cluster deps bench-deps bench fmt clean
 .DEFAULT_GOAL := build
 
 help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
 	@echo "make image   docker build the container image cicada:$(VERSION) (needs a Docker engine)"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
-	@echo "make test    go vet and go test -race (installs redis-server, redis-tools, python3-redis, Node.js and the npm clients if missing; about 10 min the first time, 5 after)"
+	@echo "make test    go vet, go test -race against Redis 7.0, and the e2e, conformance and linearizability suites against Redis 8.0 and Valkey 8.1 (installs redis-server, redis-tools, python3-redis, Node.js and the npm clients if missing; about 14 min the first time, 9 after)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
+	@echo "make test-matrix  the long runs and the e2e suite against Redis 7.0 (Debian 12), Redis 8.0 and Valkey 8.1 (about 35 min)"
+	@echo "make servers      fetch Redis 8.0 and Valkey 8.1 from Debian 13's packages into bin/servers (make test does)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
 	@echo "make bench   Redis vs Cicada vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 8 min here; BENCH_ARGS='-rounds 7 -only hot.GET')"
 	@echo "make fmt     fail if any file needs gofmt"
@@ -47,17 +49,46 @@ deps:
 	fi
 	@cd test/clients/node && { npm ls --silent >/dev/null 2>&1 || npm ci --no-audit --no-fund --silent; }
 
-test: deps
+# The version matrix (issue 16): Debian 12's redis-server (7.0) is the
+# default; MATRIX names the other servers, each a directory of bin/servers
+# (test/servers/fetch.sh) put first in PATH. MATRIX_PKGS are the suites
+# whose tests ask the live server what it has.
+SERVERS := bin/servers
+MATRIX := redis-8.0 valkey-8.1
+MATRIX_PKGS := ./proxy/command ./test/e2e ./test/conformance ./test/linearizability
+
+servers:
+	test/servers/fetch.sh $(SERVERS)
+
+# The matrix part of `make test` runs each suite's seeded short form,
+# without -race (the Redis 7.0 run has it).
+test: deps servers
 	go vet ./...
 	go test -race -count=1 -timeout 20m ./...
+	@for v in $(MATRIX); do \
+		echo "== $$v: $$($(SERVERS)/$$v/redis-server --version)"; \
+		PATH="$(CURDIR)/$(SERVERS)/$$v:$$PATH" go test -count=1 -timeout 20m $(MATRIX_PKGS) || exit 1; \
+	done
 
 # The long runs of issue 3's harnesses; `make test` runs short, seeded ones.
 # -v prints the figures (conversations, histories, stale windows).
-conformance: deps
+conformance: deps conformance-run
+
+conformance-run:
 	go test -count=1 -timeout 60m -v -run TestGenerated ./test/conformance \
 		-conformance.n=10000 -conformance.workers=2
 	go test -count=1 -timeout 60m -v -run 'TestLinearizable|TestFaults|TestBypassStaleness' ./test/linearizability \
 		-lin.runs=20 -lin.duration=10s
+
+# `make conformance` and the e2e suite on every server of the matrix, 7.0
+# included.
+test-matrix: deps servers
+	@for v in system $(MATRIX); do \
+		p="$(CURDIR)/$(SERVERS)/$$v:$$PATH"; [ "$$v" = system ] && p="$$PATH"; \
+		echo "== $$v: $$(PATH="$$p" redis-server --version)"; \
+		PATH="$$p" go test -count=1 -timeout 20m ./proxy/command ./test/e2e || exit 1; \
+		PATH="$$p" $(MAKE) --no-print-directory conformance-run || exit 1; \
+	done
 
 # The Redis Cluster tests with the load test's long version (both
 # addressing modes, longer phases); `make test` runs the announce mode

@@ -65,6 +65,15 @@ wrap "$dest/valkey-8.1" redis-server valkey-check-rdb valkey-server
 wrap "$dest/valkey-8.1" redis-cli valkey-cli valkey-cli
 wrap "$dest/valkey-8.1" redis-benchmark valkey-benchmark valkey-benchmark
 
+# The directory names promise a version: fail rather than test another.
 for v in redis-8.0 valkey-8.1; do
-  echo "fetch.sh: $v: $("$dest/$v/redis-server" --version)"
+  got=$("$dest/$v/redis-server" --version)
+  case "$got" in
+  *" v=${v#*-}."*) echo "fetch.sh: $v: $got" ;;
+  *)
+    echo "fetch.sh: $v: Debian $suite now has $got; update the matrix (test/servers/fetch.sh, Makefile MATRIX)" >&2
+    rm -rf "$dest/$v"
+    exit 1
+    ;;
+  esac
 done
