@@ -37,15 +37,17 @@ type hkReq struct {
 }
 
 // hkKey returns the key a HOTKEYS session counts a request under, or nil:
-// GET's and HGET's key, or the key of a command with exactly one.
-func hkKey(args [][]byte, argc int64) []byte {
+// GET's and HGET's key, or the key of a command with exactly one (by its
+// legacy key positions; cmds adds the server's commands the built-in table
+// lacks, such as HSETEX).
+func hkKey(cmds *command.Learned, args [][]byte, argc int64) []byte {
 	if len(args) < 2 || int64(len(args)) != argc {
 		return nil
 	}
 	if command.EqualFold(args[0], "get") || command.EqualFold(args[0], "hget") {
 		return args[1]
 	}
-	spec := command.Resolve(args)
+	spec := cmds.Resolve(args)
 	if spec == nil || !spec.ArityOK(int(argc)) || spec.First <= 0 || spec.First != spec.Last || spec.First >= len(args) {
 		return nil
 	}
@@ -59,7 +61,7 @@ func hkKey(args [][]byte, argc int64) []byte {
 // counts the request (see above) around the same decision.
 func (s *session) onCommandCounted(n int) decision {
 	args, argc := s.parser.Args(), s.parser.Argc()
-	key := hkKey(args, argc)
+	key := hkKey(s.srv.fencer.Commands(), args, argc)
 	if key == nil {
 		return s.onCommand(n)
 	}

@@ -146,7 +146,7 @@ func TestHKKey(t *testing.T) {
 		for i, a := range tt.args {
 			args[i] = []byte(a)
 		}
-		if got := string(hkKey(args, int64(len(args)))); got != tt.want {
+		if got := string(hkKey(nil, args, int64(len(args)))); got != tt.want {
 			t.Errorf("hkKey(%q) = %q, want %q", tt.args, got, tt.want)
 		}
 	}

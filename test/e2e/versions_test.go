@@ -287,3 +287,31 @@ func TestPipelinedAuthFailure(t *testing.T) {
 	}
 	t.Logf("%s, AUTH wrong queued in MULTI: %q", redistest.BinaryVersion(t), want)
 }
+
+// TestClientSetinfoNoTouch: CLIENT SETINFO and CLIENT NO-TOUCH (Redis 7.2,
+// Valkey) are learned as commands without effect on the cache: the replies
+// are Redis's, the library name reaches Redis on the client's own upstream
+// connection, and the hot key behind them is still answered from the cache.
+func TestClientSetinfoNoTouch(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{})
+	direct := client(t, p.Direct.Addr, 2)
+	requireCommands(t, direct, "client|setinfo", "client|no-touch")
+	p.LoadSample(t)
+	before := hits(p.Proxy)
+	got := p.Compare(t, send(cmds(
+		[]string{"CLIENT", "SETINFO", "LIB-NAME", "cicada-test"}, []string{"CLIENT", "SETINFO", "LIB-VER", "1.2"},
+		[]string{"CLIENT", "SETINFO", "LIB-NAME", "bad name"}, []string{"CLIENT", "NO-TOUCH", "ON"}, []string{"GET", "hot"},
+		[]string{"CLIENT", "NO-TOUCH", "maybe"}, []string{"CLIENT", "NO-TOUCH", "OFF"}, []string{"GET", "hot"},
+	)))
+	if !strings.Contains(string(got), "hot-value") {
+		t.Fatalf("no value in %q", got)
+	}
+	if hits(p.Proxy) < before+2 {
+		t.Errorf("hits behind CLIENT SETINFO/NO-TOUCH: got %d, want 2", hits(p.Proxy)-before)
+	}
+	c, _ := converse(t, p.Proxy.Addr, []step{send(cmds([]string{"CLIENT", "SETINFO", "LIB-NAME", "cicada-test"},
+		[]string{"CLIENT", "INFO"}))}, 200*time.Millisecond)
+	if !strings.Contains(string(c), " lib-name=cicada-test ") {
+		t.Errorf("CLIENT INFO through Cicada after SETINFO: got %q, want lib-name=cicada-test", c)
+	}
+}
