@@ -480,7 +480,8 @@ func (s *Subscriber) learnCommands(ctx context.Context, ctl *redis.Client) error
 	if old == nil || len(old.Added()) != len(l.Added()) {
 		name, version := l.Server()
 		s.log.Info("commands learned from the server", zap.String("server", name), zap.String("version", version),
-			zap.Int("beyond built-in", len(l.Added())), zap.Bool("hash-field TTLs", l.FieldTTL()))
+			zap.Int("beyond built-in", len(l.Added())), zap.Strings("built-in changed", l.Overridden()),
+			zap.Bool("hash-field TTLs", l.FieldTTL()))
 	}
 	return nil
 }

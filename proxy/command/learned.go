@@ -37,7 +37,11 @@ import (
 // The nil *Learned is the built-in table alone.
 type Learned struct {
 	index map[string]*Spec // learned names only, lower case, "parent|sub"
-	names []string         // sorted keys of index
+	// overrides[i] replaces built-in specs[i] on this server (nil: none):
+	// a different arity (ZRANK's WITHSCORE, from 7.2), or a write flag a
+	// command reviewed as harmless has gained.
+	overrides []*Spec
+	names     []string // sorted keys of index
 	// fieldTTL: the server has hash-field expiration (HPTTL, Redis 7.4+,
 	// Valkey 9+).
 	fieldTTL bool
@@ -67,7 +71,11 @@ func Learn(reply any, info string) (*Learned, error) {
 		if c.Name == "hpttl" {
 			l.fieldTTL = true
 		}
-		if index[c.Name] != nil || strings.Count(c.Name, "|") > 1 {
+		if b := index[c.Name]; b != nil {
+			l.override(b, c)
+			continue
+		}
+		if strings.Count(c.Name, "|") > 1 {
 			continue
 		}
 		s := learnedSpec(c)
@@ -86,6 +94,43 @@ func Learn(reply any, info string) (*Learned, error) {
 	}
 	sort.Strings(l.names)
 	return l, nil
+}
+
+// override records what this server says of built-in b that changes how
+// Cicada must treat it: its arity (a request the built-in arity refuses is
+// taken as one Redis rejects unexecuted, which evicts nothing), and a write
+// flag on a command reviewed as writing nothing (its effect is then
+// derived as for a learned command). The built-in effect stands otherwise.
+func (l *Learned) override(b *Spec, c cmdinfo.Command) {
+	write := slices.Contains(c.Flags, "write")
+	upgrade := write && b.Effect == EffectNone && !b.Flags.Has(FlagWrite)
+	if c.Arity == b.Arity && !upgrade {
+		return
+	}
+	o := *b
+	o.Arity = c.Arity
+	if upgrade {
+		d := learnedSpec(c)
+		o.Effect, o.keys, o.keySpecs = d.Effect, d.keys, d.keySpecs
+	}
+	if l.overrides == nil {
+		l.overrides = make([]*Spec, len(specs))
+	}
+	l.overrides[b.idx] = &o
+}
+
+// Overridden returns the names of the built-in commands this server
+// changes (override), in table order.
+func (l *Learned) Overridden() []string {
+	var out []string
+	if l != nil {
+		for _, o := range l.overrides {
+			if o != nil {
+				out = append(out, o.Name)
+			}
+		}
+	}
+	return out
 }
 
 // learnedSpec derives the spec of a command the built-in table lacks.
@@ -256,13 +301,21 @@ func specKeys(s *Spec, args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 }
 
 // Resolve is Resolve with the learned commands: the built-in entry when
-// there is one, else the learned entry (a learned subcommand of a built-in
+// there is one (as this server changes it: override), else the learned entry (a learned subcommand of a built-in
 // container too, e.g. "client|setinfo"), else nil. On the nil *Learned it
 // is Resolve. It allocates only when the built-in table does not know the
 // command.
 func (l *Learned) Resolve(args [][]byte) *Spec {
 	s := Resolve(args)
-	if s != nil || l == nil || len(l.index) == 0 || len(args) == 0 {
+	if s != nil {
+		if l != nil && l.overrides != nil {
+			if o := l.overrides[s.idx]; o != nil {
+				return o
+			}
+		}
+		return s
+	}
+	if l == nil || len(l.index) == 0 || len(args) == 0 {
 		return s
 	}
 	var buf [maxNameLen]byte

@@ -48,8 +48,8 @@ func keynum(at, first, step int64) []any {
 // commands the built-in table lacks, and leaves built-in entries alone.
 func TestLearn(t *testing.T) {
 	reply := []any{
-		// Built in: learned entries never replace them.
-		entry("get", 2, []string{"write"}, 1, 1, 1, nil),
+		// Built in and unchanged: the built-in entry stands.
+		entry("get", 2, []string{"readonly", "fast"}, 1, 1, 1, nil),
 		entry("hsetex", -6, []string{"write", "denyoom", "fast"}, 1, 1, 1,
 			[]any{spec("RW update", idx(1), rng(0, 1, 0))}),
 		entry("VADD", -1, []string{"write", "denyoom", "module"}, 1, 1, 1,
@@ -82,6 +82,10 @@ func TestLearn(t *testing.T) {
 		entry("xgrp", -2, nil, 0, 0, 0, nil,
 			entry("xgrp|del", 3, []string{"write"}, 2, 2, 1, []any{spec("RW", idx(2), rng(0, 1, 0))})),
 		entry("hpttl", -5, []string{"readonly", "fast"}, 1, 1, 1, []any{spec("RO access", idx(1), rng(0, 1, 0))}),
+		// Built in, changed by this server: an arity, a write flag.
+		entry("zrank", -3, []string{"readonly", "fast"}, 1, 1, 1, nil),
+		entry("object", -2, nil, 0, 0, 0, nil,
+			entry("object|freq", 3, []string{"write"}, 2, 2, 1, []any{spec("RW", idx(2), rng(0, 1, 0))})),
 	}
 	l, err := Learn(reply, "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n")
 	if err != nil {
@@ -113,7 +117,7 @@ func TestLearn(t *testing.T) {
 		effect Effect
 		keys   string // written keys, space separated; "-" for ok=false
 	}{
-		{"GET k", EffectNone, "-"}, // built in (readonly), not the entry above
+		{"GET k", EffectNone, "-"}, // built in
 		{"HSETEX h EX 10 FIELDS 1 f v", EffectKeys, "h"},
 		{"vadd vs VALUES 2 1 2 e", EffectKeys, "vs"},
 		{"VSIM vs ELE e", EffectNone, "-"},
@@ -138,6 +142,7 @@ func TestLearn(t *testing.T) {
 		{"client ID", EffectNone, "-"}, // built in
 		{"XGRP DEL k", EffectKeys, "k"},
 		{"HPTTL h FIELDS 1 f", EffectNone, "-"},
+		{"OBJECT FREQ k", EffectKeys, "k"},
 	}
 	for _, tt := range tests {
 		args := argv(tt.args)
@@ -157,6 +162,12 @@ func TestLearn(t *testing.T) {
 		if got != tt.keys {
 			t.Errorf("%q: WrittenKeys: got %q, want %q", tt.args, got, tt.keys)
 		}
+	}
+	if got := l.Overridden(); !slices.Equal(got, []string{"object|freq", "zrank"}) && !slices.Equal(got, []string{"zrank", "object|freq"}) {
+		t.Errorf("Overridden: got %v, want object|freq and zrank", got)
+	}
+	if s := l.Resolve(argv("ZRANK z m WITHSCORE")); s == nil || !s.ArityOK(4) || Resolve(argv("ZRANK z m WITHSCORE")).ArityOK(4) {
+		t.Errorf("ZRANK with WITHSCORE: the learned arity must accept it, the built-in one refuse it")
 	}
 	for _, bad := range []string{"nosuch", "CLIENT NOSUCH", "XGRP", "client|setinfo x"} {
 		if s := l.Resolve(argv(bad)); s != nil && bad != "XGRP" {
@@ -199,6 +210,10 @@ func TestLearnedFromServer(t *testing.T) {
 	t.Logf("%s: %d commands learned beyond the built-in table (Redis %s)", version, len(l.Added()), tableRedisVersion)
 	for _, s := range l.Added() {
 		t.Logf("  %-28s %-7v flags %v", s.Name, s.Effect, s.Flags)
+	}
+	for _, name := range l.Overridden() {
+		s := l.Resolve(argv(strings.ReplaceAll(name, "|", " ")))
+		t.Logf("  built in, changed here: %-12s arity %d, effect %v", name, s.Arity, s.Effect)
 	}
 	for _, sample := range learnedSamples {
 		args := argv(sample)

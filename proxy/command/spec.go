@@ -61,6 +61,7 @@ type Spec struct {
 	keys      keysKind  // how WrittenKeys finds the keys when Effect is EffectKeys
 	container bool      // has subcommands; Resolve looks at args[1]
 	keySpecs  []keySpec // kindKeySpecs: the written key specs of a learned command
+	idx       uint16    // a built-in spec's index in specs (Learned's overrides)
 }
 
 // TableVersion is the redis_version of the server whose COMMAND reply the
@@ -82,6 +83,7 @@ func init() {
 	index = make(map[string]*Spec, len(specs))
 	for i := range specs {
 		index[specs[i].Name] = &specs[i]
+		specs[i].idx = uint16(i)
 	}
 	for i := range specs {
 		s := &specs[i]
