@@ -199,6 +199,9 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client, changed
 		if missing != "" {
 			s.log.Info("notify-keyspace-events extended; cache flushed", zap.String("was", cur), zap.String("added", missing))
 		}
+		if assertNew && !changed {
+			s.log.Info("notify-keyspace-events n (new key) set too: the server's modules write keys without keyspace notifications (CONFIG GET does not show n)")
+		}
 		after, err := ctl.ConfigGet(ctx, "notify-keyspace-events").Result()
 		if err != nil {
 			return true, fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)

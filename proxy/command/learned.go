@@ -23,10 +23,12 @@ import (
 //	  key it may write                       that are not read-only (RO)
 //	no keys, no write flag                 EffectNone (connection or server
 //	                                         state: CLIENT SETINFO, WAITAOF)
-//	write flag and no keys, a spec whose   EffectUnknown, as an unknown
-//	  keys cannot be found ("unknown"        command (a fence: the write's
-//	  search, "incomplete"), neither flag    keyspace notifications evict)
-//	  with may_replicate (scripts)
+//	write flag and no keys at all          EffectFlush (data wholesale:
+//	                                         Valkey 9's CLUSTER FLUSHSLOT)
+//	a spec whose keys cannot be found      EffectUnknown, as an unknown
+//	  ("unknown" search, "incomplete"),      command (a fence: the write's
+//	  movable keys without specs, neither    keyspace notifications evict)
+//	  flag with may_replicate (scripts)
 //
 // The readonly flag wins over key specifications: a module command declared
 // with legacy key positions (Redis 8's VSIM, VCARD, ...) gets a generic
@@ -175,6 +177,10 @@ func learnedSpec(c cmdinfo.Command) *Spec {
 		}
 	case !write && !s.Flags.Has(FlagMovableKeys):
 		s.Effect = EffectNone
+	case write && !s.Flags.Has(FlagMovableKeys):
+		// Writes and names no key: data wholesale, as FLUSHDB does
+		// (Valkey 9's CLUSTER FLUSHSLOT).
+		s.Effect = EffectFlush
 	}
 	return s
 }

@@ -134,7 +134,7 @@ func TestLearn(t *testing.T) {
 		{"XLAST x KEY k", EffectKeys, "k"},
 		{"XLAST KEY a b", EffectKeys, ""}, // the search stops before argument 1
 		{"XMOD k", EffectUnknown, "-"},
-		{"XNOKEYS", EffectUnknown, "-"},
+		{"XNOKEYS", EffectFlush, "-"},
 		{"XUNKNOWN k", EffectUnknown, "-"},
 		{"XSCRIPT body 1 k", EffectUnknown, "-"},
 		{"XLEGACY k v", EffectKeys, "k"},
@@ -271,7 +271,7 @@ var learnedSamples = []string{
 	"VADD vs VALUES 2 1 2 e", "VREM vs e", "VSETATTR vs e {}", "VSIM vs ELE e", "VCARD vs",
 	"VDIM vs", "VEMB vs e", "VGETATTR vs e", "VINFO vs", "VLINKS vs e", "VRANDMEMBER vs",
 	"WAITAOF 0 0 0", "CLIENT SETINFO LIB-NAME x", "CLIENT NO-TOUCH ON",
-	"COMMANDLOG GET 1 slow", "DELIFEQ k v",
+	"COMMANDLOG GET 1 slow", "DELIFEQ k v", "MSETEX 2 a 1 b 2 EX 10", "CLUSTER FLUSHSLOT 0",
 }
 
 // writtenByServer returns the keys COMMAND GETKEYSANDFLAGS flags as written
