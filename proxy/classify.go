@@ -56,6 +56,14 @@ func (s *session) onCommand(n int) decision {
 			s.loop.stats.forwarded.Add(1)
 			s.pushOpaque()
 			return decideForward
+		case s.proto == 3 && (s.subscribed() || s.tracking) && s.srv.fencer.Commands().AuthErrorsDropped():
+			// A push (a message, an invalidation) may be in Redis's output
+			// buffer at any moment, so a failed AUTH's error may be dropped
+			// whatever Cicada waits for, and nothing tells whether it was:
+			// the replies that follow cannot be counted.
+			s.loop.stats.forwarded.Add(1)
+			s.pushOpaque()
+			return decideForward
 		case !s.sendMulti && s.slots.len() > 0:
 			// Sent behind other requests, Redis 7.2+ drops a failed
 			// AUTH's error while their replies are pending in its output

@@ -5,8 +5,10 @@ package e2e
 // live server whether it has the commands involved and skips otherwise.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -286,6 +288,43 @@ func TestPipelinedAuthFailure(t *testing.T) {
 		t.Errorf("AUTH queued in MULTI: through Cicada %q, directly %q", got, want)
 	}
 	t.Logf("%s, AUTH wrong queued in MULTI: %q", redistest.BinaryVersion(t), want)
+
+	// A RESP3 subscriber: a message may be in Redis's output buffer when
+	// AUTH fails (here a 20 MB one Redis is still writing), so the error
+	// may be dropped whatever Cicada waits for. The connection must go on
+	// answering (Cicada passes its bytes through from then on).
+	for _, addr := range []string{r.Addr, p.Addr} {
+		sub, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		sendBytes(t, sub, cmds([]string{"HELLO", "3", "AUTH", "default", "pw"}, []string{"SUBSCRIBE", "ch"}))
+		br := bufio.NewReader(sub)
+		for range 2 { // HELLO's map, the subscribe push
+			if _, err := redistest.ReadReply(br); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Not read yet, the message stays in Redis's output buffer (on
+		// the way through Cicada too: it reads Redis no faster than its
+		// client reads it).
+		pub := client(t, r.Addr, 2)
+		mustDo(t, pub, "AUTH", "pw")
+		mustDo(t, pub, "PUBLISH", "ch", strings.Repeat("x", 20<<20))
+		sendBytes(t, sub, cmd("AUTH", "default", "wrong"))
+		time.Sleep(100 * time.Millisecond)
+		sendBytes(t, sub, cmd("PING", "after"))
+		_ = sub.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var got []string
+		for len(got) == 0 || !strings.Contains(got[len(got)-1], "after") {
+			b, err := redistest.ReadReply(br)
+			if err != nil {
+				t.Fatalf("%s: after a failed AUTH behind a message: %v (replies so far: %d)", addr, err, len(got))
+			}
+			got = append(got, string(b[:min(len(b), 40)]))
+		}
+	}
 }
 
 // TestClientSetinfoNoTouch: CLIENT SETINFO and CLIENT NO-TOUCH (Redis 7.2,
