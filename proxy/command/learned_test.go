@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cicada-proxy/cicada/proxy/command/internal/cmdinfo"
+	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
 // entry builds one RESP2 COMMAND entry as go-redis decodes it.
@@ -203,7 +204,7 @@ func TestLearnedFromServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Learn: %v", err)
 	}
-	version := serverVersion(t, c)
+	version := redistest.BinaryVersion(t).String()
 	if name, v := l.Server(); name+" "+v != version {
 		t.Errorf("Server: got %s %s, want %s", name, v, version)
 	}
@@ -277,11 +278,7 @@ var learnedSamples = []string{
 // writtenByServer returns the keys COMMAND GETKEYSANDFLAGS flags as written
 // (any flag but RO alone), in argument order.
 func writtenByServer(c *cmdinfo.Conn, args [][]byte) ([]string, error) {
-	cmd := []string{"COMMAND", "GETKEYSANDFLAGS"}
-	for _, a := range args {
-		cmd = append(cmd, string(a))
-	}
-	v, err := c.Do(cmd...)
+	v, err := commandOf(c, "GETKEYSANDFLAGS", args)
 	if err != nil {
 		return nil, err
 	}
@@ -316,30 +313,6 @@ func writtenByServer(c *cmdinfo.Conn, args [][]byte) ([]string, error) {
 		return keys, nil
 	}
 	return nil, fmt.Errorf("reply %T", v)
-}
-
-// serverVersion returns "redis 8.0.2" or "valkey 8.1.1" from INFO server.
-func serverVersion(t *testing.T, c *cmdinfo.Conn) string {
-	t.Helper()
-	v, err := c.Do("INFO", "server")
-	if err != nil {
-		t.Fatalf("INFO: %v", err)
-	}
-	s, _ := v.(string)
-	name, ver := "redis", ""
-	for _, line := range strings.Split(s, "\r\n") {
-		if k, val, ok := strings.Cut(line, ":"); ok {
-			switch k {
-			case "redis_version":
-				if ver == "" {
-					ver = val
-				}
-			case "valkey_version":
-				name, ver = "valkey", val
-			}
-		}
-	}
-	return name + " " + ver
 }
 
 // BenchmarkResolve: the lookup every forwarded request makes, with the

@@ -1,9 +1,7 @@
 package difftest
 
 import (
-	"bufio"
 	"bytes"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -82,45 +80,24 @@ func splitRaw(s Step) []Step {
 	return append(out, part)
 }
 
-// parseArrays reads b as RESP arrays of bulk strings, returning each one's
-// arguments and end offset; ok is false for anything else.
+// parseArrays reads b as RESP arrays of bulk strings (parseValue),
+// returning each one's arguments and end offset; ok is false for anything
+// else.
 func parseArrays(b []byte) (cmds [][]string, ends []int, ok bool) {
-	r := bufio.NewReader(bytes.NewReader(b))
-	off := 0
-	line := func() (string, bool) {
-		l, err := r.ReadString('\n')
-		off += len(l)
-		if err != nil || !strings.HasSuffix(l, "\r\n") {
-			return "", false
-		}
-		return l[:len(l)-2], true
-	}
-	for off < len(b) {
-		h, ok := line()
-		if !ok || len(h) < 2 || h[0] != '*' {
+	for off := 0; off < len(b); {
+		v, n, err := parseValue(b[off:])
+		if err != nil || v.Type != '*' || len(v.Elems) == 0 {
 			return nil, nil, false
 		}
-		n, err := strconv.Atoi(h[1:])
-		if err != nil || n < 1 || n > len(b) {
-			return nil, nil, false
+		args := make([]string, 0, len(v.Elems))
+		for _, e := range v.Elems {
+			header := bytes.IndexByte(e.Raw, '\n') + 1
+			if e.Type != '$' || header > len(e.Raw)-2 { // a null bulk too
+				return nil, nil, false
+			}
+			args = append(args, string(e.Raw[header:len(e.Raw)-2]))
 		}
-		args := make([]string, 0, n)
-		for range n {
-			h, ok := line()
-			if !ok || len(h) < 2 || h[0] != '$' {
-				return nil, nil, false
-			}
-			m, err := strconv.Atoi(h[1:])
-			if err != nil || m < 0 || m > len(b)-off {
-				return nil, nil, false
-			}
-			v := make([]byte, m+2)
-			if k, _ := r.Read(v); k != len(v) {
-				return nil, nil, false
-			}
-			off += len(v)
-			args = append(args, string(v[:m]))
-		}
+		off += n
 		cmds, ends = append(cmds, args), append(ends, off)
 	}
 	return cmds, ends, true
