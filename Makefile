@@ -56,7 +56,7 @@ deps:
 # whose tests ask the live server what it has.
 SERVERS := bin/servers
 MATRIX := redis-8.0 valkey-8.1
-MATRIX_PKGS := ./proxy/command ./test/e2e ./test/conformance ./test/linearizability
+MATRIX_PKGS := ./command ./test/e2e ./test/conformance ./test/linearizability
 
 servers:
 	test/servers/fetch.sh $(SERVERS)
@@ -92,7 +92,7 @@ test-matrix: deps servers
 	@for v in system $(MATRIX); do \
 		p="$(CURDIR)/$(SERVERS)/$$v:$$PATH"; [ "$$v" = system ] && p="$$PATH"; \
 		echo "== $$v: $$(PATH="$$p" redis-server --version)"; \
-		PATH="$$p" go test -count=1 -timeout 20m ./proxy/command ./test/e2e || exit 1; \
+		PATH="$$p" go test -count=1 -timeout 20m ./command ./test/e2e || exit 1; \
 		PATH="$$p" $(MAKE) --no-print-directory conformance-run || exit 1; \
 	done
 

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cicada-proxy/cicada/proxy/command"
+	"github.com/cicada-proxy/cicada/command"
 )
 
 // Sub is a HOTKEYS subcommand.

@@ -6,8 +6,8 @@ import (
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/proxy/command"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // decision is what processClient does with a complete request.

@@ -6,7 +6,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/proxy/command"
+	"github.com/cicada-proxy/cicada/command"
 )
 
 // HOTKEYS, answered by Cicada.

@@ -13,8 +13,8 @@ import (
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/proxy/command"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // fakeConn is the client side of a session without a socket: what the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // onUpstreamTraffic frames Redis's replies, settles the slots they answer,

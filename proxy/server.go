@@ -17,8 +17,8 @@ import (
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/proxy/command"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Errors returned by New and Run.
@@ -30,7 +30,7 @@ var (
 )
 
 // Notifications is what the proxy needs from the keyspace-notification
-// subscriber (hotcache/keyspace.Subscriber implements it). All methods are
+// subscriber (upstream.Subscriber implements it). All methods are
 // safe from any goroutine and never block.
 type Notifications interface {
 	// Fence releases one cache suspension once every notification of

@@ -3,7 +3,7 @@
 //
 // It wires the packages together: configuration (config.go), the hot cache
 // (hotcache), the hot-key detector (detector), the keyspace-notification
-// subscriber (hotcache/keyspace), the RESP proxy (proxy) and the two admin
+// subscriber (upstream), the RESP proxy (proxy) and the two admin
 // HTTP listeners (admin.go). Exit codes: 0 after a clean shutdown, --help,
 // --version or a passed --check-config; 1 for a runtime failure (a
 // listener that cannot bind); 2 for a bad setting.
@@ -27,7 +27,7 @@ import (
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/hotcache/keyspace"
+	"github.com/cicada-proxy/cicada/upstream"
 	"github.com/cicada-proxy/cicada/proxy"
 )
 
@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		return err
 	}
 	var srv *proxy.Server
-	sub := keyspace.New(keyspace.Config{
+	sub := upstream.New(upstream.Config{
 		AuthChanged:      func() { srv.AuthRulesChanged() },
 		Addr:             cfg.Upstream,
 		Username:         cfg.UpstreamUser,

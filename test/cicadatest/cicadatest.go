@@ -15,7 +15,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/hotcache/keyspace"
+	"github.com/cicada-proxy/cicada/upstream"
 	"github.com/cicada-proxy/cicada/proxy"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
@@ -48,11 +48,11 @@ type Proxy struct {
 	Server *proxy.Server
 	Cache  *hotcache.Cache
 	Det    *detector.Detector
-	Sub    *keyspace.Subscriber
+	Sub    *upstream.Subscriber
 }
 
-// Start runs Cicada in front of upstream until the test ends.
-func Start(t testing.TB, upstream string, o Options) *Proxy {
+// Start runs Cicada in front of the Redis at redisAddr until the test ends.
+func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	t.Helper()
 	if o.HotThreshold == 0 {
 		o.HotThreshold = 1
@@ -82,10 +82,10 @@ func Start(t testing.TB, upstream string, o Options) *Proxy {
 		t.Fatalf("detector.New: %v", err)
 	}
 	var srv *proxy.Server
-	sub := keyspace.New(keyspace.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: upstream, Username: o.Username, Password: o.Password,
+	sub := upstream.New(upstream.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: redisAddr, Username: o.Username, Password: o.Password,
 		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("keyspace")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: upstream, Loops: o.Loops, DialTimeout: time.Second,
+	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: redisAddr, Loops: o.Loops, DialTimeout: time.Second,
 		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, det, sub)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

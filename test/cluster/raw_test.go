@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/clustertest"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )

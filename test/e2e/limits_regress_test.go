@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )

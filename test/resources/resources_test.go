@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/cicadatest"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )

@@ -26,8 +26,8 @@ type microBench struct {
 // microBenches are issue 7's micro-benchmarks: request parsing, hit lookup,
 // the whole hit path (parse, count, look up, copy), detector counting.
 var microBenches = []microBench{
-	{"./proxy/resp", "BenchmarkParseGet", false, "parse one GET"},
-	{"./proxy/resp", "BenchmarkParseGetPipeline16", false, "parse 16 pipelined GETs"},
+	{"./resp", "BenchmarkParseGet", false, "parse one GET"},
+	{"./resp", "BenchmarkParseGetPipeline16", false, "parse 16 pipelined GETs"},
 	{"./hotcache", "BenchmarkGetHit", true, "cache lookup, hit"},
 	{"./detector", "BenchmarkObserveParallel", true, "detector: count one access"},
 	{"./proxy", "BenchmarkHitPath/off", false, "hit path, 16 pipelined GETs"},

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/bench/loadgen/report"
 )
 

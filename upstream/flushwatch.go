@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func (s *Subscriber) watchFlushes(ctx context.Context, subID int64) (*redis.Clie
 	err := tr.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", subID, "BCAST", "PREFIX", trackingPrefix).Err()
 	if err != nil {
 		_ = tr.Close()
-		return nil, fmt.Errorf("keyspace: CLIENT TRACKING for flush detection: %w", err)
+		return nil, fmt.Errorf("upstream: CLIENT TRACKING for flush detection: %w", err)
 	}
 	return tr, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cicada-proxy/cicada/proxy/command/internal/cmdinfo"
+	"github.com/cicada-proxy/cicada/command/internal/cmdinfo"
 )
 
 // Learned completes the built-in table with what a live server's COMMAND
@@ -35,7 +35,7 @@ import (
 // "RW access update" key spec whatever it does.
 //
 // A Learned is built once per upstream connection of the control plane
-// (keyspace.Subscriber) and read-only afterwards: safe for concurrent use.
+// (upstream.Subscriber) and read-only afterwards: safe for concurrent use.
 // The nil *Learned is the built-in table alone.
 type Learned struct {
 	index map[string]*Spec // learned names only, lower case, "parent|sub"

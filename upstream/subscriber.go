@@ -1,6 +1,11 @@
-// Package keyspace keeps the hot cache consistent with writes Cicada does
-// not see: it subscribes to Redis keyspace notifications and evicts every key
-// Redis reports, and it fences writes whose keys Cicada cannot name.
+// Package upstream is Cicada's control plane toward Redis: the connections
+// Cicada opens of its own, next to the clients' upstream connections. It
+// keeps the hot cache consistent with writes Cicada does not see (it
+// subscribes to Redis keyspace notifications and evicts every key Redis
+// reports), fences writes whose keys Cicada cannot name, reads the server's
+// commands and settings, polls INFO for changes Redis sends no notification
+// of, checks ACL users for HOTKEYS and, in Redis Cluster, watches the node's
+// role and slots.
 //
 // # Flow
 //
@@ -36,7 +41,7 @@
 // Ready, Unapplied and
 // the counters are safe from any goroutine (event loops call Fence and
 // Unapplied).
-package keyspace
+package upstream
 
 import (
 	"bytes"
@@ -55,7 +60,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/proxy/command"
+	"github.com/cicada-proxy/cicada/command"
 )
 
 // Pattern is the channel pattern Cicada subscribes to.
@@ -72,8 +77,8 @@ const newKeyClass = "n"
 
 // Errors reported through the logger and ReadyErr.
 var (
-	ErrNotConfigured = errors.New("keyspace: notify-keyspace-events lacks classes Cicada needs and configure-notifications is off")
-	ErrSilent        = errors.New("keyspace: notification connection silent past the check interval")
+	ErrNotConfigured = errors.New("upstream: notify-keyspace-events lacks classes Cicada needs and configure-notifications is off")
+	ErrSilent        = errors.New("upstream: notification connection silent past the check interval")
 )
 
 // Config configures a Subscriber.
@@ -403,7 +408,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 			if e := s.controlErr(); e != nil {
 				return e
 			}
-			return fmt.Errorf("keyspace: receive: %w", err)
+			return fmt.Errorf("upstream: receive: %w", err)
 		}
 		lastHeard = time.Now()
 		switch m := msg.(type) {
@@ -422,7 +427,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 			case confirmed == 0 && m.Kind == "psubscribe":
 				confirmed = 1
 				if err := ps.Subscribe(ctx, TrackingChannel); err != nil {
-					return fmt.Errorf("keyspace: subscribe %s: %w", TrackingChannel, err)
+					return fmt.Errorf("upstream: subscribe %s: %w", TrackingChannel, err)
 				}
 			case confirmed == 1 && m.Kind == "subscribe":
 				confirmed = 2
@@ -442,7 +447,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 			default:
 				// go-redis re-subscribed on a new connection: events may
 				// have been lost in between.
-				return errors.New("keyspace: subscription re-established underneath")
+				return errors.New("upstream: subscription re-established underneath")
 			}
 		}
 	}
@@ -455,11 +460,11 @@ func (s *Subscriber) session(ctx context.Context) error {
 func (s *Subscriber) learnCommands(ctx context.Context, ctl *redis.Client) error {
 	info, err := ctl.Info(ctx, "server").Result()
 	if err != nil && !isRedisError(err) {
-		return fmt.Errorf("keyspace: INFO server: %w", err)
+		return fmt.Errorf("upstream: INFO server: %w", err)
 	}
 	reply, err := ctl.Do(ctx, "command").Result()
 	if err != nil && !isRedisError(err) {
-		return fmt.Errorf("keyspace: COMMAND: %w", err)
+		return fmt.Errorf("upstream: COMMAND: %w", err)
 	}
 	if err != nil {
 		reply = []any{} // refused: the version alone

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cicada-proxy/cicada/proxy/command/internal/cmdinfo"
+	"github.com/cicada-proxy/cicada/command/internal/cmdinfo"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
 

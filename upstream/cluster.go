@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/proxy/resp"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Redis Cluster. A node can stop answering for a slot without a keyspace
@@ -80,10 +80,10 @@ func queueClusterRead(ctx context.Context, pipe redis.Pipeliner) (info, nodes *r
 // meanwhile.
 func (s *Subscriber) applyCluster(info, nodes *redis.StringCmd, begin uint64) error {
 	if err := info.Err(); err != nil {
-		return fmt.Errorf("keyspace: CLUSTER INFO: %w", err)
+		return fmt.Errorf("upstream: CLUSTER INFO: %w", err)
 	}
 	if err := nodes.Err(); err != nil {
-		return fmt.Errorf("keyspace: CLUSTER NODES: %w", err)
+		return fmt.Errorf("upstream: CLUSTER NODES: %w", err)
 	}
 	v, err := cluster.ParseNodes(nodes.Val(), strings.Contains(info.Val(), "cluster_state:ok"))
 	if err != nil {
@@ -171,7 +171,7 @@ func (s *Subscriber) watchRole(ctx context.Context) {
 
 // errUnblocked is blockRole's error when the WAIT was answered as on a
 // role change: -UNBLOCKED, or the replica's refusal of WAIT.
-var errUnblocked = errors.New("keyspace: role watch answered")
+var errUnblocked = errors.New("upstream: role watch answered")
 
 // roleRefused is blockRole's error when Redis refused the watch for
 // another reason than a role change (an ACL refusal of WAIT, a failed
@@ -179,7 +179,7 @@ var errUnblocked = errors.New("keyspace: role watch answered")
 type roleRefused struct{ Reply string }
 
 // Error returns Redis's refusal, prefixed.
-func (e *roleRefused) Error() string { return "keyspace: role watch: " + e.Reply }
+func (e *roleRefused) Error() string { return "upstream: role watch: " + e.Reply }
 
 // blockRole opens the role watch connection, sends WAIT, publishes it,
 // and returns when anything arrives on it (the node changed role, or

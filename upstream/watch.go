@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network
 	var dialed atomic.Bool
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if dialed.Swap(true) {
-			return nil, errors.New("keyspace: notification connection lost")
+			return nil, errors.New("upstream: notification connection lost")
 		}
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -73,7 +73,7 @@ func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network
 		tcp, ok := c.(*net.TCPConn)
 		if !ok {
 			_ = c.Close()
-			return nil, errors.New("keyspace: notification connection is not TCP")
+			return nil, errors.New("upstream: notification connection is not TCP")
 		}
 		w := &watchedConn{Conn: tcp, sub: s, fd: -1}
 		if w.raw, err = tcp.SyscallConn(); err == nil {
@@ -169,7 +169,7 @@ func (w *watchedConn) Close() error {
 }
 
 // errNotRESP2 ends a notification connection whose bytes are not RESP2.
-var errNotRESP2 = errors.New("keyspace: notification connection sent bytes that are not RESP2")
+var errNotRESP2 = errors.New("upstream: notification connection sent bytes that are not RESP2")
 
 // unapplied appends to dst the hotcache.Hash of every key whose keyspace
 // notification is in the socket's receive queue, not yet applied. all=true

@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"errors"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cicada-proxy/cicada/proxy/command/internal/cmdinfo"
+	"github.com/cicada-proxy/cicada/command/internal/cmdinfo"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
 

@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"context"
@@ -91,7 +91,7 @@ func (s *Subscriber) control(ctx context.Context, ps *redis.PubSub, ctl, trackin
 			}
 			if tracking != nil {
 				if err := tracking.Ping(ctx).Err(); err != nil {
-					fail(fmt.Errorf("keyspace: flush-watch connection: %w", err))
+					fail(fmt.Errorf("upstream: flush-watch connection: %w", err))
 					return
 				}
 			}
@@ -162,11 +162,11 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client, changed
 	_ = ctl.Process(ctx, get)
 	cfg, err := get.Result()
 	if err != nil {
-		return false, fmt.Errorf("keyspace: CONFIG GET: %w", err)
+		return false, fmt.Errorf("upstream: CONFIG GET: %w", err)
 	}
 	cur, ok := cfg["notify-keyspace-events"]
 	if !ok {
-		return false, fmt.Errorf("keyspace: CONFIG GET: no notify-keyspace-events")
+		return false, fmt.Errorf("upstream: CONFIG GET: no notify-keyspace-events")
 	}
 	missing := missingClasses(cur, needed)
 	// A server whose modules write needs n (new key) too, which CONFIG GET
@@ -191,7 +191,7 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client, changed
 			merged += newKeyClass
 		}
 		if err := ctl.ConfigSet(ctx, "notify-keyspace-events", merged).Err(); err != nil {
-			return false, fmt.Errorf("keyspace: CONFIG SET notify-keyspace-events %q: %w", merged, err)
+			return false, fmt.Errorf("upstream: CONFIG SET notify-keyspace-events %q: %w", merged, err)
 		}
 		s.newSet = s.newSet || assertNew
 		// Writes made while the classes were missing sent no notification.
@@ -204,10 +204,10 @@ func (s *Subscriber) checkConfig(ctx context.Context, ctl *redis.Client, changed
 		}
 		after, err := ctl.ConfigGet(ctx, "notify-keyspace-events").Result()
 		if err != nil {
-			return true, fmt.Errorf("keyspace: CONFIG GET notify-keyspace-events: %w", err)
+			return true, fmt.Errorf("upstream: CONFIG GET notify-keyspace-events: %w", err)
 		}
 		if missing := missingClasses(after["notify-keyspace-events"], needed); missing != "" {
-			return true, fmt.Errorf("keyspace: notify-keyspace-events still lacks %q after CONFIG SET", missing)
+			return true, fmt.Errorf("upstream: notify-keyspace-events still lacks %q after CONFIG SET", missing)
 		}
 		set = true
 	}
@@ -305,7 +305,7 @@ func (s *Subscriber) readCounters(ctx context.Context, ctl *redis.Client) (map[s
 	}
 	_, _ = pipe.Exec(ctx)
 	if err := info.Err(); err != nil {
-		return nil, fmt.Errorf("keyspace: INFO commandstats stats cluster: %w", err)
+		return nil, fmt.Errorf("upstream: INFO commandstats stats cluster: %w", err)
 	}
 	s.noteClusterEnabled(info.Val())
 	switch {
@@ -332,7 +332,7 @@ func (s *Subscriber) readCounters(ctx context.Context, ctl *redis.Client) (map[s
 			s.noACLList = true
 			s.log.Warn("upstream-user may not run ACL LIST: ACL changes made on Redis directly are seen only through INFO commandstats, which a CONFIG RESETSTAT can hide", zap.Error(err))
 		default:
-			return nil, fmt.Errorf("keyspace: ACL LIST: %w", err)
+			return nil, fmt.Errorf("upstream: ACL LIST: %w", err)
 		}
 	}
 	return calls, nil

@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func (s *Subscriber) ACLUser(ctx context.Context, name string) (hotkeys.UserACL,
 		return hotkeys.UserACL{}, nil
 	}
 	if err != nil {
-		return hotkeys.UserACL{}, fmt.Errorf("keyspace: ACL GETUSER: %w", err)
+		return hotkeys.UserACL{}, fmt.Errorf("upstream: ACL GETUSER: %w", err)
 	}
 	return parseGetUser(v)
 }
@@ -37,7 +37,7 @@ func parseGetUser(v any) (hotkeys.UserACL, error) {
 	u := hotkeys.UserACL{Exists: true}
 	fields, ok := v.([]any)
 	if !ok {
-		return u, fmt.Errorf("keyspace: ACL GETUSER: unexpected reply %T", v)
+		return u, fmt.Errorf("upstream: ACL GETUSER: unexpected reply %T", v)
 	}
 	for i := 0; i+1 < len(fields); i += 2 {
 		name, _ := fields[i].(string)

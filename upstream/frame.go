@@ -1,4 +1,4 @@
-package keyspace
+package upstream
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 )
 
 // errFrame is returned by scanFrame for bytes that are not RESP2.
-var errFrame = errors.New("keyspace: not a RESP2 reply")
+var errFrame = errors.New("upstream: not a RESP2 reply")
 
 // maxFrameDepth bounds array nesting (Redis sends at most 2 here).
 const maxFrameDepth = 8
