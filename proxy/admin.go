@@ -27,7 +27,7 @@ func (srv *Server) AdminHandler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !srv.fencer.Ready() {
+		if !srv.fences.Ready() {
 			http.Error(w, "not ready: keyspace notifications not established\n", http.StatusServiceUnavailable)
 			return
 		}

@@ -4,9 +4,9 @@ import (
 	"strconv"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/resp"
 )
 
@@ -49,14 +49,14 @@ func (s *session) onCommand(n int) decision {
 	}
 	if authenticates(args, argc) && !s.opaqueSend {
 		switch {
-		case s.sendMulti && s.srv.fencer.Commands().AuthErrorsDropped():
+		case s.sendMulti && s.srv.settings.Commands().AuthErrorsDropped():
 			// Queued, a failed AUTH's error goes missing from EXEC's
 			// reply (redis/redis#15640): the replies that follow cannot
 			// be counted.
 			s.loop.stats.forwarded.Add(1)
 			s.pushOpaque()
 			return decideForward
-		case s.proto == 3 && (s.subscribed() || s.tracking) && s.srv.fencer.Commands().AuthErrorsDropped():
+		case s.proto == 3 && (s.subscribed() || s.tracking) && s.srv.settings.Commands().AuthErrorsDropped():
 			// A push (a message, an invalidation) may be in Redis's output
 			// buffer at any moment, so a failed AUTH's error may be dropped
 			// whatever Cicada waits for, and nothing tells whether it was:
@@ -81,7 +81,7 @@ func (s *session) onCommand(n int) decision {
 		}
 		return decideForward
 	}
-	spec := s.srv.fencer.Commands().Resolve(args)
+	spec := s.srv.settings.Commands().Resolve(args)
 	name := ""
 	if spec != nil && spec.ArityOK(int(argc)) {
 		name = spec.Name
@@ -413,7 +413,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 	if st == hotcache.Hit && !s.loop.unappliedAsked {
 		// Ask, then look again: a notification the subscriber applied
 		// between the lookup and the peek would be in neither.
-		s.loop.settled(srv.fencer, h)
+		s.loop.settled(srv.fences, h)
 		reply, cslot, st = srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
 	}
 	if clustered && (st == hotcache.Hit || st == hotcache.Unproven) && !srv.topo.Answerable(cslot, s.readonly) {
@@ -424,7 +424,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		if r := srv.idleRefresh.Load(); r > 0 && srv.clock.Load()-s.lastForward > r {
 			break // let Redis see this one, or it closes the connection as idle
 		}
-		if !s.loop.settled(srv.fencer, h) {
+		if !s.loop.settled(srv.fences, h) {
 			// A notification of a write (from outside Cicada, perhaps
 			// acknowledged already) is on its way into the cache.
 			s.loop.stats.unsettled.Add(1)
@@ -451,7 +451,7 @@ func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
 		s.forwardRead(ri)
 		s.queue(slot{kind: slotSwallow})
 		s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, key)
-		if isField && srv.fencer.Commands().FieldTTL() {
+		if isField && srv.settings.Commands().FieldTTL() {
 			// A field expires on its own (Redis 7.4+), and Redis tells
 			// only when its active expiry deletes it: the field's TTL
 			// bounds the entry too.

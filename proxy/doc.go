@@ -31,7 +31,7 @@
 // A GET/HGET is a hit when the key is cached, unexpired, its reply was
 // proven readable by the connection's identity, and no keyspace
 // notification for it (nor a flush) has reached Cicada without being
-// applied yet (Notifications.Unapplied, asked once per batch of requests
+// applied yet (Fences.Unapplied, asked once per batch of requests
 // read from a connection): a write another client sent to Redis directly is
 // seen as soon as its notification is in Cicada's socket. A miss on a hot key (the
 // detector's verdict) that is sent while the queue is empty also sends a

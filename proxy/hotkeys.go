@@ -5,8 +5,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
-	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/hotkeys"
 )
 
 // HOTKEYS, answered by Cicada.
@@ -61,7 +61,7 @@ func hkKey(cmds *command.Learned, args [][]byte, argc int64) []byte {
 // counts the request (see above) around the same decision.
 func (s *session) onCommandCounted(n int) decision {
 	args, argc := s.parser.Args(), s.parser.Argc()
-	key := hkKey(s.srv.fencer.Commands(), args, argc)
+	key := hkKey(s.srv.settings.Commands(), args, argc)
 	if key == nil {
 		return s.onCommand(n)
 	}

@@ -10,10 +10,10 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/resp"
 )
 

@@ -110,7 +110,7 @@ func (s *session) checkOutput() bool {
 		return false // the common case: gnet wrote everything at once
 	}
 	if out > 0 {
-		hard, soft, softFor := s.srv.fencer.OutputLimit(s.subscribed() || s.opaquePubsub)
+		hard, soft, softFor := s.srv.settings.OutputLimit(s.subscribed() || s.opaquePubsub)
 		n := int64(out)
 		switch {
 		case hard > 0 && n >= hard:

@@ -121,10 +121,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInflight, float64(inflight))
 	counter(descUpErrors, srv.UpstreamErrors())
 	collectLatency(ch, srv.loopList())
-	gauge(descSubUp, b2f(srv.fencer.Ready()))
-	counter(descEvents, srv.fencer.Events())
-	counter(descSubConnects, srv.fencer.Reconnects())
-	counter(descFlushes, srv.fencer.Flushes())
+	gauge(descSubUp, b2f(srv.fences.Ready()))
+	counter(descEvents, srv.counters.Events())
+	counter(descSubConnects, srv.counters.Reconnects())
+	counter(descFlushes, srv.counters.Flushes())
 	var slots, master float64
 	if v := srv.topo.View(); v != nil && srv.topo.Enabled() {
 		slots, master = float64(v.ServedCount()), b2f(v.Role == cluster.RoleMaster)

@@ -476,9 +476,9 @@ func (s *session) releaseHold(h hold) {
 	}
 	switch {
 	case h&holdVerify != 0:
-		s.srv.fencer.VerifyFence()
+		s.srv.fences.VerifyFence()
 	case h&holdFence != 0:
-		s.srv.fencer.Fence()
+		s.srv.fences.Fence()
 	default:
 		s.srv.cache.Resume()
 	}

@@ -14,10 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/resp"
 )
 
@@ -29,10 +29,21 @@ var (
 	ErrStarted  = errors.New("proxy: server already started")
 )
 
-// Notifications is what the proxy needs from the keyspace-notification
-// subscriber (upstream.Subscriber implements it). All methods are
-// safe from any goroutine and never block.
-type Notifications interface {
+// Upstream is what the proxy needs from Cicada's control plane toward
+// Redis (upstream.Subscriber implements it), by role: the fences that keep
+// local answers fresh, the server settings that shape connections, the
+// cluster topology, and counters for metrics. All methods are safe from
+// any goroutine and never block.
+type Upstream interface {
+	Fences
+	Settings
+	Topology
+	Counters
+}
+
+// Fences tells whether the cache may answer and releases the cache
+// suspensions of writes whose keys Cicada cannot name.
+type Fences interface {
 	// Fence releases one cache suspension once every notification of
 	// writes already answered by Redis has been applied.
 	Fence()
@@ -46,12 +57,10 @@ type Notifications interface {
 	// no older than a write Redis acknowledged before the call. scratch
 	// bounds what it looks at. One system call.
 	Unapplied(dst []uint64, scratch []byte) (hashes []uint64, all bool)
-	// Events is the count of keyspace notifications received.
-	Events() uint64
-	// Reconnects is how many times the subscription was (re)established.
-	Reconnects() uint64
-	// Flushes is how many FLUSHALL/FLUSHDB Redis reported, from any client.
-	Flushes() uint64
+}
+
+// Settings is what the live server says about itself and its clients.
+type Settings interface {
 	// IdleTimeout is Redis's timeout setting: how long a client may send
 	// nothing before Redis closes it; 0 for none.
 	IdleTimeout() time.Duration
@@ -59,12 +68,26 @@ type Notifications interface {
 	// subscribed client: hard and soft bytes, and how long the soft limit
 	// may be exceeded; zeros mean none.
 	OutputLimit(pubsub bool) (hard, soft int64, softFor time.Duration)
-	// Cluster is the view of the Redis Cluster slots the node answers
-	// for (Enabled false outside cluster mode).
-	Cluster() *cluster.Topology
 	// Commands is what the server's COMMAND reply adds to the built-in
 	// command table (nil: the built-in table alone).
 	Commands() *command.Learned
+}
+
+// Topology is the Redis Cluster view of the node behind Cicada.
+type Topology interface {
+	// Cluster is the view of the Redis Cluster slots the node answers
+	// for (Enabled false outside cluster mode).
+	Cluster() *cluster.Topology
+}
+
+// Counters are the control plane's figures exported as metrics.
+type Counters interface {
+	// Events is the count of keyspace notifications received.
+	Events() uint64
+	// Reconnects is how many times the subscription was (re)established.
+	Reconnects() uint64
+	// Flushes is how many FLUSHALL/FLUSHDB Redis reported, from any client.
+	Flushes() uint64
 }
 
 // Config configures a Server.
@@ -123,16 +146,18 @@ type Config struct {
 type Server struct {
 	gnet.BuiltinEventEngine
 
-	cfg    Config
-	cache  *hotcache.Cache
-	det    *detector.Detector
-	fencer Notifications
-	topo   *cluster.Topology // fencer.Cluster()
-	ids    *identities
-	hk     *hotkeys.Tracker // HOTKEYS session state (hotkeys.go)
-	perms  permCache        // ACL users checked for HOTKEYS (hotkeys_acl.go)
-	log    *zap.Logger
-	dialer net.Dialer
+	cfg      Config
+	cache    *hotcache.Cache
+	det      *detector.Detector
+	fences   Fences
+	settings Settings
+	counters Counters
+	topo     *cluster.Topology // Topology.Cluster()
+	ids      *identities
+	hk       *hotkeys.Tracker // HOTKEYS session state (hotkeys.go)
+	perms    permCache        // ACL users checked for HOTKEYS (hotkeys_acl.go)
+	log      *zap.Logger
+	dialer   net.Dialer
 
 	started  atomic.Bool
 	draining atomic.Bool
@@ -185,7 +210,7 @@ type loopState struct {
 	// included), for the idle sweep (sweep.go); session.loopIdx is each
 	// one's index. Owned by the loop, like the scratch fields.
 	sessions []*session
-	// The fencer's Unapplied for the connection being processed, asked at
+	// Fences.Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
 	unappliedAll   bool
@@ -213,8 +238,8 @@ type loopStats struct {
 	_          [64]byte
 }
 
-// New returns a server over the shared cache, detector and fencer.
-func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notifications) (*Server, error) {
+// New returns a server over the shared cache, detector and control plane.
+func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream) (*Server, error) {
 	switch {
 	case cfg.Loops < 1 || cfg.Loops > det.Loops():
 		return nil, ErrLoops
@@ -242,8 +267,10 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, fencer Notif
 		cfg:        cfg,
 		cache:      cache,
 		det:        det,
-		fencer:     fencer,
-		topo:       fencer.Cluster(),
+		fences:     up,
+		settings:   up,
+		counters:   up,
+		topo:       up.Cluster(),
 		ids:        newIdentities(),
 		hk:         hotkeys.NewTracker(det.Loops(), nil, nil),
 		log:        cfg.Logger,
@@ -321,7 +348,7 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			return
 		case now := <-tick.C:
 			srv.clock.Store(int64(now.Sub(srv.start)))
-			srv.idleRefresh.Store(int64(srv.fencer.IdleTimeout() / 2))
+			srv.idleRefresh.Store(int64(srv.settings.IdleTimeout() / 2))
 			srv.det.Advance(now)
 			srv.hk.Tick() // DURATION's auto-stop, as Redis's cron does
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
@@ -432,7 +459,7 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		parser: resp.NewRequestParser(),
 		proto:  2,
 	}
-	s.parser.SetNulVisible(srv.fencer.Commands().NulVisibleInHeaders())
+	s.parser.SetNulVisible(srv.settings.Commands().NulVisibleInHeaders())
 	s.setFresh()
 	s.upLink = &upstreamLink{s: s}
 	s.loop.register(s)

@@ -453,16 +453,16 @@ func (s *session) processClient() {
 
 // settled reports whether a cached reply of the key with hash h may be
 // served: no keyspace notification for it (or a flush) has reached Cicada
-// without being applied. The fencer is asked once per processClient call,
+// without being applied. Fences are asked once per processClient call,
 // at its first cache hit. Once is enough: every request in the batch was
 // sent before Cicada read it, so a write acknowledged before any of them
 // was sent has its notification in Cicada's socket by then (or applied),
 // and a write acknowledged later is concurrent with the reads still
 // unanswered.
-func (l *loopState) settled(fencer Notifications, h uint64) bool {
+func (l *loopState) settled(fences Fences, h uint64) bool {
 	if !l.unappliedAsked {
 		l.unappliedAsked = true
-		l.unapplied, l.unappliedAll = fencer.Unapplied(l.unapplied[:0], l.peek)
+		l.unapplied, l.unappliedAll = fences.Unapplied(l.unapplied[:0], l.peek)
 	}
 	if l.unappliedAll {
 		return false

@@ -59,8 +59,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cicada-proxy/cicada/cluster"
-	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/hotcache"
 )
 
 // Pattern is the channel pattern Cicada subscribes to.

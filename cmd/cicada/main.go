@@ -27,8 +27,8 @@ import (
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/upstream"
 	"github.com/cicada-proxy/cicada/proxy"
+	"github.com/cicada-proxy/cicada/upstream"
 )
 
 func main() {

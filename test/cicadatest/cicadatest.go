@@ -15,9 +15,9 @@ import (
 
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/upstream"
 	"github.com/cicada-proxy/cicada/proxy"
 	"github.com/cicada-proxy/cicada/test/redistest"
+	"github.com/cicada-proxy/cicada/upstream"
 )
 
 // Options tune a test Cicada; zero values take the defaults noted.
