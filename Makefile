@@ -62,7 +62,7 @@ servers:
 	test/servers/fetch.sh $(SERVERS)
 
 # Valkey 9.1 from Debian unstable, for trying it by hand: unstable's version
-# moves, and the suites do not pass on it yet (see README, Servers tested).
+# moves, and the suites do not pass on it yet (see docs/testing.md, Servers tested).
 servers-next:
 	test/servers/fetch.sh $(SERVERS) next
 

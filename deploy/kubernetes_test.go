@@ -192,9 +192,9 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 }
 
-// TestKubernetesOverlayImage writes the overlay that README.md's
-// "Kubernetes" section has users write, with the file content taken from the
-// README, on top of the base and of each overlay, and checks that the build
+// TestKubernetesOverlayImage writes the overlay that docs/deploy.md's
+// "Kubernetes" section has users write, with the file content taken from
+// there, on top of the base and of each overlay, and checks that the build
 // gives Cicada the user's image and names the base's image nowhere. (An
 // images: entry keyed "cicada", as kustomize edit set image cicada=...
 // writes, matches nothing: the base has already renamed the image.)
@@ -203,13 +203,13 @@ func TestKubernetesOverlayImage(t *testing.T) {
 		image = "registry.example/cicada:v1"
 		base  = "../deploy/kubernetes/base"
 	)
-	section := readmeSection(t, "Kubernetes")
-	dir, overlay := readmeOverlay(t, section)
+	section := deployDocSection(t, "Kubernetes")
+	dir, overlay := deployDocOverlay(t, section)
 	if !strings.Contains(section, "\ndocker push "+image+"\n") {
-		t.Errorf("README: no line docker push %s, want the image the overlay sets pushed", image)
+		t.Errorf("docs/deploy.md: no line docker push %s, want the image the overlay sets pushed", image)
 	}
 	if n := strings.Count(overlay, base); n != 1 {
-		t.Fatalf("README's overlay names %s %d times, want once (the path users change to start from an overlay)", base, n)
+		t.Fatalf("docs/deploy.md's overlay names %s %d times, want once (the path users change to start from an overlay)", base, n)
 	}
 	deployDir, err := os.Getwd()
 	if err != nil {
@@ -217,7 +217,7 @@ func TestKubernetesOverlayImage(t *testing.T) {
 	}
 	for _, from := range []string{"base", "overlays/two-container", "overlays/prometheus-operator"} {
 		t.Run(from, func(t *testing.T) {
-			// The README's layout: the overlay directory next to deploy/.
+			// The documented layout: the overlay directory next to deploy/.
 			root := t.TempDir()
 			if err := os.Symlink(deployDir, filepath.Join(root, "deploy")); err != nil {
 				t.Fatal(err)
@@ -248,39 +248,39 @@ func TestKubernetesOverlayImage(t *testing.T) {
 	}
 }
 
-// readmeSection returns the body of the README.md section headed
-// "### title" (up to the next heading of level 2 or 3).
-func readmeSection(t *testing.T, title string) string {
+// deployDocSection returns the body of the docs/deploy.md section headed
+// "## title" (up to the next heading of level 1 or 2).
+func deployDocSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?ms)^### ` + regexp.QuoteMeta(title) + `\n(.*?)(^##|\z)`).FindStringSubmatch(string(b))
+	m := regexp.MustCompile(`(?ms)^## ` + regexp.QuoteMeta(title) + `\n(.*?)(^##? |\z)`).FindStringSubmatch(string(b))
 	if m == nil {
-		t.Fatalf("README.md: no section ### %s", title)
+		t.Fatalf("docs/deploy.md: no section ## %s", title)
 	}
 	return m[1]
 }
 
-// readmeOverlay returns the directory and the kustomization.yaml that a
-// README section has users write with a heredoc
+// deployDocOverlay returns the directory and the kustomization.yaml that a
+// docs/deploy.md section has users write with a heredoc
 // (cat > DIR/kustomization.yaml <<'EOF' ... EOF), after checking that the
 // section then applies that directory with kubectl apply -k and runs no
 // standalone kustomize, which kubectl users lack.
-func readmeOverlay(t *testing.T, section string) (dir, kustomization string) {
+func deployDocOverlay(t *testing.T, section string) (dir, kustomization string) {
 	t.Helper()
 	all := regexp.MustCompile(`(?m)^cat > ([\w.-]+)/kustomization\.yaml <<'EOF'\n((?s:.*?)\n)EOF$`).FindAllStringSubmatch(section, -1)
 	if len(all) != 1 {
-		t.Fatalf("README: got %d heredocs cat > DIR/kustomization.yaml <<'EOF', want 1", len(all))
+		t.Fatalf("docs/deploy.md: got %d heredocs cat > DIR/kustomization.yaml <<'EOF', want 1", len(all))
 	}
 	dir, kustomization = all[0][1], all[0][2]
 	if !regexp.MustCompile(`(?m)^kubectl apply -k ` + regexp.QuoteMeta(dir) + `$`).MatchString(section) {
-		t.Errorf("README: no line kubectl apply -k %s, want the overlay applied", dir)
+		t.Errorf("docs/deploy.md: no line kubectl apply -k %s, want the overlay applied", dir)
 	}
 	for _, line := range strings.Split(section, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "kustomize ") {
-			t.Errorf("README runs the standalone kustomize: got %q, want kubectl only", line)
+			t.Errorf("docs/deploy.md runs the standalone kustomize: got %q, want kubectl only", line)
 		}
 	}
 	return dir, kustomization

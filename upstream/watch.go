@@ -217,7 +217,7 @@ func (w *watchedConn) unapplied(dst []uint64, scratch []byte) (hashes []uint64, 
 // unix.Read's entersyscall wakes a sleeping sysmon thread, which is two
 // futex calls and a nanosleep per notification when nothing else runs
 // (strace -c and perf: 31-36 µs of CPU per notification at 2,000/s, now
-// 12-15; README, Performance). On an error it returns 0 bytes and the
+// 12-15; docs/performance.md). On an error it returns 0 bytes and the
 // errno (unix.Errno), where unix.Read returns -1.
 func read(fd int, p []byte) (int, error) {
 	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
