@@ -45,7 +45,7 @@ const (
 	// identity may read it; forward the request and call AddReader if Redis
 	// answers it with a value.
 	Unproven
-	// Suspended: the cache answers nothing right now (see Suspend).
+	// Suspended: the cache answers nothing right now (see Hold).
 	Suspended
 )
 
@@ -66,6 +66,9 @@ type Config struct {
 	// Now returns a monotonic clock reading in nanoseconds; nil means
 	// time since the cache was created. Tests inject a fake clock.
 	Now func() int64
+	// StrictHolds makes a second Release of a Hold panic instead of only
+	// counting it (Stats.DoubleReleases): for tests.
+	StrictHolds bool
 }
 
 // Ident is an identity: the user Redis authenticated a connection as, as
@@ -150,16 +153,18 @@ type Ticket struct {
 // Cache is the hot-reply table. Safe for concurrent use: reads from any
 // number of event loops are lock-free; writers serialize on mu.
 type Cache struct {
-	table     atomic.Pointer[slotTable] // replaced under mu, after a flush, when the capacity changes its size
-	stripes   []stripe
-	smask     uint64
-	suspended atomic.Int64  // > 0: no hits, no fills
-	off       atomic.Bool   // mirrors disabled, for lock-free readers (Off)
-	noNils    atomic.Bool   // nil replies are not cached (SetNilReplies); set under mu
-	epoch     atomic.Uint64 // bumped by Suspend, Resume and Flush
-	now       func() int64
-	maxValue  atomic.Int64                      // bytes; read by Fill before it locks
-	denied    atomic.Pointer[func([]byte) bool] // keys never cached; nil: none
+	table          atomic.Pointer[slotTable] // replaced under mu, after a flush, when the capacity changes its size
+	stripes        []stripe
+	smask          uint64
+	suspended      atomic.Int64  // Holds not released (hold.go); > 0: no hits, no fills
+	strictHolds    bool          // Config.StrictHolds
+	doubleReleases atomic.Uint64 // Hold.Release calls after the first
+	off            atomic.Bool   // mirrors disabled, for lock-free readers (Off)
+	noNils         atomic.Bool   // nil replies are not cached (SetNilReplies); set under mu
+	epoch          atomic.Uint64 // bumped by Hold, Release and Flush
+	now            func() int64
+	maxValue       atomic.Int64                      // bytes; read by Fill before it locks
+	denied         atomic.Pointer[func([]byte) bool] // keys never cached; nil: none
 
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
@@ -171,7 +176,7 @@ type Cache struct {
 	newest   *record
 	capacity int   // replies
 	maxBytes int64 // bytes
-	disabled bool  // SetEnabled(false) holds a Suspend
+	disabled *Hold // SetEnabled(false)'s suspension; nil when enabled
 }
 
 // slotTable is the open-addressing table of published entries: an entry
@@ -211,6 +216,8 @@ func New(cfg Config) (*Cache, error) {
 		now:      cfg.Now,
 		capacity: cfg.Capacity,
 		maxBytes: cfg.MaxBytes,
+
+		strictHolds: cfg.StrictHolds,
 	}
 	c.table.Store(newSlotTable(cfg.Capacity))
 	c.maxValue.Store(int64(cfg.MaxValue))
@@ -337,19 +344,6 @@ func (c *Cache) find(db int, h uint64, key []byte) *entry {
 		}
 	}
 	return nil
-}
-
-// Suspend stops all hits and fills until the matching Resume. Calls nest.
-// Safe from any goroutine.
-func (c *Cache) Suspend() {
-	c.suspended.Add(1)
-	c.epoch.Add(1)
-}
-
-// Resume ends one Suspend.
-func (c *Cache) Resume() {
-	c.epoch.Add(1)
-	c.suspended.Add(-1)
 }
 
 // Suspended reports whether the cache answers nothing now.
@@ -491,7 +485,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	return true
 }
 
-// Epoch returns the cache's epoch, which every Flush, Suspend and Resume
+// Epoch returns the cache's epoch, which every Flush, Hold and Release
 // changes; pass it to AddReader when the read is sent.
 func (c *Cache) Epoch() uint64 { return c.epoch.Load() }
 

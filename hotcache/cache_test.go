@@ -14,7 +14,7 @@ func (f *fakeClock) now() int64 { return f.ns.Load() }
 func newTestCache(t testing.TB, capacity int, maxBytes int64) (*Cache, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{}
-	c, err := New(Config{Capacity: capacity, MaxBytes: maxBytes, MaxValue: 1024, Now: clk.now})
+	c, err := New(Config{Capacity: capacity, MaxBytes: maxBytes, MaxValue: 1024, Now: clk.now, StrictHolds: true})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -150,8 +150,8 @@ func TestFillGuard(t *testing.T) {
 		{"write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(0, h, key)) }},
 		{"notification", func(c *Cache) { c.Invalidate(0, Hash(0, []byte("k")), []byte("k"), ReasonNotification) }},
 		{"flush", func(c *Cache) { c.Flush() }},
-		{"suspend", func(c *Cache) { c.Suspend() }},
-		{"suspend and resume", func(c *Cache) { c.Suspend(); c.Resume() }},
+		{"hold", func(c *Cache) { c.Hold() }},
+		{"hold and release", func(c *Cache) { c.Hold().Release() }},
 	}
 	for _, ev := range events {
 		c, _ := newTestCache(t, 100, 1<<20)
@@ -174,14 +174,56 @@ func TestFillGuard(t *testing.T) {
 	if !fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("fill after the write ended was refused")
 	}
-	c.Suspend()
+	h1 := c.Hold()
 	if _, st := get(c, "k", 1, 2); st != Suspended {
-		t.Errorf("suspended: %v, want Suspended", st)
+		t.Errorf("held: %v, want Suspended", st)
 	}
-	c.Resume()
+	h1.Release()
 	if _, st := get(c, "k", 1, 2); st != Hit {
-		t.Errorf("resumed: %v, want Hit", st)
+		t.Errorf("released: %v, want Hit", st)
 	}
+}
+
+// TestHoldReleasedOnce: holds nest, and a second Release of one Hold
+// neither resumes the cache under another Hold nor goes unnoticed.
+func TestHoldReleasedOnce(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
+	a, b := c.Hold(), c.Hold()
+	a.Release()
+	if got := c.Holds(); got != 1 {
+		t.Fatalf("Holds after one of two released: got %d, want 1", got)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("second Release with StrictHolds: no panic, want one")
+			}
+		}()
+		a.Release()
+	}()
+	if _, st := get(c, "k", 1, 2); st != Suspended {
+		t.Errorf("after a second Release of one Hold while another is held: %v, want Suspended", st)
+	}
+	if got := c.Stats().DoubleReleases; got != 1 {
+		t.Errorf("DoubleReleases: got %d, want 1", got)
+	}
+	b.Release()
+	if _, st := get(c, "k", 1, 2); st != Hit || c.Holds() != 0 {
+		t.Errorf("every Hold released: %v with %d holds, want Hit with 0", st, c.Holds())
+	}
+
+	lax, err := New(Config{Capacity: 10, MaxBytes: 1 << 20, MaxValue: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := lax.Hold(), lax.Hold()
+	x.Release()
+	x.Release() // counted, not resumed
+	if lax.Holds() != 1 || lax.Stats().DoubleReleases != 1 {
+		t.Errorf("without StrictHolds: %d holds, %d double releases; want 1, 1", lax.Holds(), lax.Stats().DoubleReleases)
+	}
+	y.Release()
 }
 
 func TestCapacity(t *testing.T) {

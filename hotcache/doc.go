@@ -25,7 +25,7 @@
 //	BeginWrite(db,key) before a write is forwarded: version++, inflight++,
 //	    evict; EndWrite at its reply: inflight--, version++
 //	Invalidate(db,key) on a keyspace notification: version++, evict
-//	Suspend/Resume around writes whose keys are unknown (scripts, MULTI/EXEC
+//	Hold/Release around writes whose keys are unknown (scripts, MULTI/EXEC
 //	    with them, a lost notification subscription): no hits, no fills
 //	Flush on FLUSHALL, FLUSHDB, SWAPDB and a re-established subscription
 //

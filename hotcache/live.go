@@ -132,17 +132,14 @@ func (c *Cache) SetEnabled(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case !on && !c.disabled:
-		c.disabled = true
+	case !on && c.disabled == nil:
+		c.disabled = c.Hold()
 		c.off.Store(true)
-		c.suspended.Add(1)
-		c.epoch.Add(1)
 		c.removeAllLocked(ReasonConfig)
-	case on && c.disabled:
-		c.disabled = false
+	case on && c.disabled != nil:
 		c.off.Store(false)
-		c.epoch.Add(1)
-		c.suspended.Add(-1)
+		c.disabled.Release()
+		c.disabled = nil
 	}
 }
 
@@ -154,7 +151,7 @@ func (c *Cache) Off() bool { return c.off.Load() }
 func (c *Cache) Enabled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.disabled
+	return c.disabled == nil
 }
 
 // removeAllLocked evicts every cached reply.

@@ -120,13 +120,13 @@ func TestSetEnabled(t *testing.T) {
 	if fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("disabled cache took a fill")
 	}
-	c.Suspend() // the subscriber's suspension outlives SetEnabled(true)
+	held := c.Hold() // the subscriber's suspension outlives SetEnabled(true)
 	c.SetEnabled(true)
 	c.SetEnabled(true)
 	if fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("a fill passed while the subscriber still suspended the cache")
 	}
-	c.Resume()
+	held.Release()
 	if !c.Enabled() || c.Off() || !fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("re-enabled cache refused a fill")
 	}

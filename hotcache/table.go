@@ -203,6 +203,9 @@ type Stats struct {
 	Bytes   int64              // accounted bytes now
 	Fills   uint64             // replies stored since start
 	Evicted [numReasons]uint64 // replies evicted since start, by Reason
+	// DoubleReleases counts Hold.Release calls after a Hold's first: each
+	// is a bug (see Hold); 0 in a correct run.
+	DoubleReleases uint64
 }
 
 // Stats returns a snapshot. Safe from any goroutine.
@@ -211,6 +214,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Replies: c.replies, Bytes: c.bytes}
 	c.mu.Unlock()
 	s.Fills = c.fills.Load()
+	s.DoubleReleases = c.doubleReleases.Load()
 	for i := range s.Evicted {
 		s.Evicted[i] = c.evicted[i].Load()
 	}

@@ -262,7 +262,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 			sl.stripes++
 		}
 		if h != holdNone {
-			cache.Suspend()
+			sl.held = cache.Hold()
 		}
 		sl.hold = h
 	}
@@ -306,7 +306,7 @@ func (s *session) applyTxEffects(sl *slot) {
 	}
 	if h != holdNone {
 		if sl.hold == holdNone {
-			cache.Suspend() // one per slot, whatever its hold bits
+			sl.held = cache.Hold() // one per slot, whatever its hold bits
 		}
 		sl.hold |= h
 	}

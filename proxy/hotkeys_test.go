@@ -48,9 +48,8 @@ func (c *fakeConn) OutboundBuffered() int { return 0 }
 // quietFencer is a notification subscriber with nothing pending.
 type quietFencer struct{}
 
-func (quietFencer) Fence()                                            {}
-func (quietFencer) VerifyFence()                                      {}
-func (quietFencer) MaxBulkLen() int64                                 { return 0 }
+func (quietFencer) Fence(h *hotcache.Hold)                            { h.Release() }
+func (quietFencer) VerifyFence(h *hotcache.Hold)                      { h.Release() }
 func (quietFencer) Ready() bool                                       { return true }
 func (quietFencer) Unapplied(dst []uint64, _ []byte) ([]uint64, bool) { return dst, false }
 func (quietFencer) Events() uint64                                    { return 0 }
@@ -80,7 +79,7 @@ func hitSession(tb testing.TB) (*session, *fakeConn, []byte, []byte) {
 // whose cache holds hitKey's 64-byte value, and the cached reply.
 func hitServer(tb testing.TB, loops int) (*Server, []byte) {
 	tb.Helper()
-	cache, err := hotcache.New(hotcache.Config{Capacity: 16, MaxBytes: 1 << 20, MaxValue: 1024})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 16, MaxBytes: 1 << 20, MaxValue: 1024, StrictHolds: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

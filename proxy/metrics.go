@@ -30,6 +30,10 @@ var (
 		"Bytes the cache holds now (keys, fields, replies and overhead).", nil, nil)
 	descSuspended = prometheus.NewDesc("cicada_cache_suspended",
 		"1 while the cache answers nothing (notifications down, or a write of unknown keys in flight).", nil, nil)
+	descHolds = prometheus.NewDesc("cicada_cache_holds",
+		"Cache suspensions held now: one while notifications are down or caching is off, one per write of unknown keys or flush in flight.", nil, nil)
+	descDoubleReleases = prometheus.NewDesc("cicada_cache_hold_double_releases_total",
+		"Cache suspensions released a second time (a bug; each is ignored).", nil, nil)
 	descConns = prometheus.NewDesc("cicada_client_connections",
 		"Client connections open now.", nil, nil)
 	descMaxClients = prometheus.NewDesc("cicada_maxclients",
@@ -72,7 +76,7 @@ type collector struct{ srv *Server }
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
-		descEvictions, descReplies, descBytes, descSuspended, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
+		descEvictions, descReplies, descBytes, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
 		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
@@ -112,6 +116,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descReplies, float64(st.Replies))
 	gauge(descBytes, float64(st.Bytes))
 	gauge(descSuspended, b2f(srv.cache.Suspended()))
+	gauge(descHolds, float64(srv.cache.Holds()))
+	counter(descDoubleReleases, st.DoubleReleases)
 	gauge(descConns, float64(srv.conns.Load()))
 	gauge(descMaxClients, float64(srv.cfg.MaxClients))
 	counter(descConnsTotal, srv.connsTotal.Load())

@@ -388,8 +388,8 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		if opaque {
 			// The transaction subscribed: messages may follow at once.
 			s.releaseWrites(sl.stripes)
-			s.releaseHold(sl.hold)
-			sl.stripes, sl.hold = 0, holdNone
+			s.releaseHold(sl.hold, sl.held)
+			sl.stripes, sl.hold, sl.held = 0, holdNone, nil
 			s.dropSlots()
 			s.goOpaque()
 			s.opaquePubsub = true // its subscriptions are no longer counted
@@ -410,7 +410,7 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		s.sendMulti = s.multi // what was predicted at send is now known
 	}
 	s.releaseWrites(sl.stripes)
-	s.releaseHold(sl.hold)
+	s.releaseHold(sl.hold, sl.held)
 	if sl.read != nil && !failed {
 		s.readReplied(sl.read, fr)
 	}
@@ -419,6 +419,10 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 // deferQueued keeps what a command queued in a transaction will do at
 // EXEC: its writes, suspensions and state change.
 func (s *session) deferQueued(sl *slot) {
+	if sl.hold != holdNone {
+		s.multiHolds = append(s.multiHolds, queuedHold{kind: sl.hold, held: sl.held})
+		sl.hold, sl.held = holdNone, nil
+	}
 	s.multiRules = s.multiRules || sl.act == actAuthRules
 	if sl.rewrite != cluster.ReplyNone {
 		s.multiRewrites = append(s.multiRewrites, cluster.ExecElem{Index: s.txQueued, Kind: sl.rewrite})
@@ -433,9 +437,6 @@ func (s *session) deferQueued(sl *slot) {
 	s.txQueued++
 	for ; sl.stripes > 0; sl.stripes-- {
 		s.multiStripes = append(s.multiStripes, s.writes.pop())
-	}
-	if sl.hold != holdNone {
-		s.multiHolds = append(s.multiHolds, sl.hold)
 	}
 }
 
@@ -466,21 +467,22 @@ var (
 	hllMagic    = []byte("HYLL")
 )
 
-// releaseHold ends a cache suspension taken when the request was sent.
-func (s *session) releaseHold(h hold) {
-	if h == holdNone {
+// releaseHold ends the cache hold held, taken when the request was sent,
+// as its kind says: at once or through a fence.
+func (s *session) releaseHold(kind hold, held *hotcache.Hold) {
+	if kind == holdNone {
 		return
 	}
-	if h&holdFlush != 0 {
+	if kind&holdFlush != 0 {
 		s.srv.cache.Flush()
 	}
 	switch {
-	case h&holdVerify != 0:
-		s.srv.fences.VerifyFence()
-	case h&holdFence != 0:
-		s.srv.fences.Fence()
+	case kind&holdVerify != 0:
+		s.srv.fences.VerifyFence(held)
+	case kind&holdFence != 0:
+		s.srv.fences.Fence(held)
 	default:
-		s.srv.cache.Resume()
+		held.Release()
 	}
 }
 
@@ -534,8 +536,8 @@ func (s *session) endMulti() {
 	for _, st := range s.multiStripes {
 		s.srv.cache.EndWrite(st)
 	}
-	for _, h := range s.multiHolds {
-		s.releaseHold(h)
+	for _, q := range s.multiHolds {
+		s.releaseHold(q.kind, q.held)
 	}
 	s.multiStripes, s.multiHolds = s.multiStripes[:0], s.multiHolds[:0]
 	s.multiActs = s.multiActs[:0]

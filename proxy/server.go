@@ -44,11 +44,11 @@ type Upstream interface {
 // Fences tells whether the cache may answer and releases the cache
 // suspensions of writes whose keys Cicada cannot name.
 type Fences interface {
-	// Fence releases one cache suspension once every notification of
+	// Fence takes over h and releases it once every notification of
 	// writes already answered by Redis has been applied.
-	Fence()
+	Fence(h *hotcache.Hold)
 	// VerifyFence is Fence after notify-keyspace-events was checked again.
-	VerifyFence()
+	VerifyFence(h *hotcache.Hold)
 	// Ready reports whether notifications are flowing (the cache may answer).
 	Ready() bool
 	// Unapplied appends to dst the hotcache.Hash of each key whose
@@ -403,11 +403,11 @@ const opaqueHold = time.Second
 
 // suspendFor flushes the cache and suspends it for d.
 func (srv *Server) suspendFor(d time.Duration) {
-	srv.cache.Suspend()
+	held := srv.cache.Hold()
 	srv.cache.Flush()
 	time.AfterFunc(d, func() {
 		srv.cache.Flush()
-		srv.cache.Resume()
+		held.Release()
 	})
 }
 

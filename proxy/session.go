@@ -52,11 +52,19 @@ const (
 	holdVerify                  // release through a fence that re-checks notify-keyspace-events (CONFIG SET)
 )
 
+// queuedHold is the hold of a command queued in a transaction, kept until
+// EXEC's reply.
+type queuedHold struct {
+	kind hold
+	held *hotcache.Hold
+}
+
 // slot is one forwarded request waiting for its reply.
 type slot struct {
 	kind    slotKind
 	act     action
 	hold    hold
+	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
 	subKind subKind
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
 	stripes int32 // write stripes to release (front of session.stripes)
@@ -181,7 +189,7 @@ type session struct {
 
 	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
 	multiStripes []uint32
-	multiHolds   []hold
+	multiHolds   []queuedHold
 	// State changes queued inside MULTI, applied from EXEC's reply.
 	multiActs []queuedAct
 	// Effects of commands sent in a confirmed transaction, applied when
@@ -609,7 +617,7 @@ func (s *session) dropSlots() {
 		s.releaseWrites(sl.stripes)
 		if sl.hold != holdNone {
 			s.srv.cache.Flush()
-			s.srv.cache.Resume()
+			sl.held.Release()
 		}
 	}
 }
@@ -625,8 +633,8 @@ func (s *session) abandonTx() {
 	if len(s.multiHolds) > 0 || s.multiRules {
 		s.srv.suspendFor(opaqueHold)
 	}
-	for range s.multiHolds {
-		cache.Resume()
+	for _, q := range s.multiHolds {
+		q.held.Release()
 	}
 	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
 	s.multiRewrites = s.multiRewrites[:0]

@@ -32,7 +32,7 @@ func TestRoleWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cache, err := hotcache.New(hotcache.Config{Capacity: 10, MaxBytes: 1 << 20, MaxValue: 100})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 10, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestUnappliedAskedBeforeServing(t *testing.T) {
 
 func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 	r := redistest.Start(t)
-	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +109,10 @@ func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 	}
 
 	// Hold the subscriber goroutine (in a fence's pong) with the cache
-	// live: Suspend+Fence, then undo the Suspend while held.
+	// live: the fence is handed a hold of another cache.
 	armed.Store(true)
-	cache.Suspend()
-	s.Fence()
+	s.Fence(otherHold(t))
 	<-entered
-	cache.Resume()
 
 	// The bypass write is acknowledged; its notification reaches the socket.
 	if err := direct.Set(ctx, "k", "new", 0).Err(); err != nil {
@@ -132,7 +130,6 @@ func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 		// Lookup, before its Unapplied.
 		h := func() {
 			released.Store(true)
-			cache.Suspend() // balances the fence's Resume
 			close(release)
 			waitFor(t, "k's notification applied", func() bool { return cache.Stats().Replies == 0 })
 		}
@@ -140,7 +137,6 @@ func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 	}
 	v, err := viaCicada.Get(ctx, "k").Result()
 	if !released.Load() {
-		cache.Suspend()
 		close(release)
 	}
 	if err != nil {
@@ -158,7 +154,7 @@ func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 // regression: it did for 0.35-4 ms; dialWatched now dials once).
 func TestNoRedialUnderneath(t *testing.T) {
 	r := redistest.Start(t)
-	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,4 +207,15 @@ func TestNoRedialUnderneath(t *testing.T) {
 	if seen > 0 {
 		t.Errorf("for %v, %d times after the subscription died, k's stale reply was a Hit and Unapplied said nothing was unapplied (all=false)", last.Sub(first), seen)
 	}
+}
+
+// otherHold returns a hold of a cache of its own, for a fence that must
+// stop the subscriber goroutine without suspending the cache under test.
+func otherHold(t *testing.T) *hotcache.Hold {
+	t.Helper()
+	c, err := hotcache.New(hotcache.Config{Capacity: 1, MaxBytes: 1 << 10, MaxValue: 1, StrictHolds: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Hold()
 }

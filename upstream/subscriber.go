@@ -16,12 +16,12 @@
 //	  ├─ notification connection: PSUBSCRIBE __keyspace@*__:*, then
 //	  │  SUBSCRIBE __redis__:invalidate; a third connection turns on
 //	  │  CLIENT TRACKING redirected there, to hear of flushes (flushwatch.go)
-//	  │     confirmed ─► cache.Flush(), cache.Resume(): ready
+//	  │     confirmed ─► cache.Flush(), the hold released: ready
 //	  │     message   ─► cache.Invalidate(db, key)  } in the read that takes
 //	  │     flush     ─► cache.Flush()              } it off the socket (watch.go)
 //	  │     pong n    ─► every fence requested before PING n is released
 //	  │     error, silence past the check interval, or the classes removed
-//	  │               ─► cache.Suspend(): not ready; reconnect with backoff
+//	  │               ─► cache.Hold(): not ready; reconnect with backoff
 //	  ├─ every CheckInterval (control.go): PING (liveness), CONFIG GET
 //	  │  (classes intact, Redis's idle timeout)
 //	  ├─ every CountersInterval (control.go): INFO commandstats (a SWAPDB,
@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -130,14 +131,15 @@ type Subscriber struct {
 	role       atomic.Pointer[roleWatch]       // the blocked WAIT of a master, or nil (cluster.go)
 	commands   atomic.Pointer[command.Learned] // the server's commands beyond the built-in table (learnCommands)
 
-	fmu       sync.Mutex // guards the following
-	requested uint64     // fences requested so far
-	released  uint64     // fences released so far
-	verify    bool       // the next PING waits for a check of the classes
+	fmu       sync.Mutex       // guards the following
+	requested uint64           // fences requested so far
+	released  uint64           // fences released so far
+	held      []*hotcache.Hold // the holds of fences released+1 ... requested, in order
+	verify    bool             // the next PING waits for a check of the classes
 	kick      chan struct{}
 
 	onPong   func()           // tests: called by Run before it handles a pong
-	down     bool             // Run: the cache is suspended on our behalf
+	down     *hotcache.Hold   // Run: the cache's suspension while not ready; nil when up
 	counters map[string]int64 // Run (session, control): last INFO commandstats calls of watched commands
 	// noACLList is set (Run: control) once ACL LIST was refused: the
 	// counters alone are read from then on.
@@ -159,8 +161,7 @@ func New(cfg Config, cache *hotcache.Cache) *Subscriber {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	cache.Suspend()
-	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: true,
+	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: cache.Hold(),
 		topo: cluster.NewTopology()}
 }
 
@@ -230,12 +231,14 @@ func (s *Subscriber) Unapplied(dst []uint64, scratch []byte) (hashes []uint64, a
 	return hashes, all
 }
 
-// Fence releases one cache.Suspend (taken by the caller before it sent a
-// write whose keys it cannot name) once every notification of writes whose
-// replies have already arrived has been processed. Never blocks.
-func (s *Subscriber) Fence() {
+// Fence takes over h (the caller's hold, taken before it sent a write
+// whose keys it cannot name) and releases it once every notification of
+// writes whose replies have already arrived has been processed. Never
+// blocks.
+func (s *Subscriber) Fence(h *hotcache.Hold) {
 	s.fmu.Lock()
 	s.requested++
+	s.held = append(s.held, h)
 	s.fmu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
@@ -246,27 +249,30 @@ func (s *Subscriber) Fence() {
 // VerifyFence is Fence, but the notification classes are checked again
 // (CONFIG GET) before the fence can pass: for CONFIG SET, which may have
 // removed them.
-func (s *Subscriber) VerifyFence() {
+func (s *Subscriber) VerifyFence(h *hotcache.Hold) {
 	s.fmu.Lock()
 	s.verify = true
 	s.fmu.Unlock()
-	s.Fence()
+	s.Fence(h)
 }
 
-// releaseUpTo resumes the cache once per fence numbered <= n not yet released.
+// releaseUpTo releases the hold of every fence numbered <= n not yet
+// released.
 func (s *Subscriber) releaseUpTo(n uint64) {
 	s.fmu.Lock()
 	if n > s.requested {
 		n = s.requested
 	}
-	var k uint64
+	var done []*hotcache.Hold
 	if n > s.released {
-		k = n - s.released
+		k := n - s.released
 		s.released = n
+		done = slices.Clone(s.held[:k])
+		s.held = slices.Delete(s.held, 0, int(k))
 	}
 	s.fmu.Unlock()
-	for ; k > 0; k-- {
-		s.cache.Resume()
+	for _, h := range done {
+		h.Release()
 	}
 }
 
@@ -320,9 +326,8 @@ func (s *Subscriber) setDown(err error) bool {
 	if wasUp {
 		s.log.Warn("keyspace notifications lost; cache suspended", zap.Error(err))
 	}
-	if !s.down {
-		s.down = true
-		s.cache.Suspend()
+	if s.down == nil {
+		s.down = s.cache.Hold()
 	}
 	return wasUp
 }
@@ -503,9 +508,9 @@ func isRedisError(err error) bool {
 func (s *Subscriber) up() {
 	s.cache.Flush()
 	s.releaseUpTo(s.requestedNow())
-	if s.down {
-		s.down = false
-		s.cache.Resume()
+	if s.down != nil {
+		s.down.Release()
+		s.down = nil
 	}
 	if s.reconnects.Add(1) > 1 {
 		s.log.Info("keyspace notifications re-established; cache flushed")

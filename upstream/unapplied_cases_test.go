@@ -32,7 +32,7 @@ func fakeWatched(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cache, _ := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100})
+	cache, _ := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
 	s := New(Config{}, cache)
 	acc := make(chan net.Conn, 1)
 	go func() { c, _ := ln.Accept(); acc <- c }()

@@ -20,7 +20,7 @@ import (
 // subscriber has applied them.
 func TestUnapplied(t *testing.T) {
 	r := redistest.Start(t)
-	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +64,7 @@ func TestUnapplied(t *testing.T) {
 
 	// A fence's pong stops the subscriber until release.
 	armed.Store(true)
-	cache.Suspend()
-	s.Fence()
+	s.Fence(cache.Hold())
 	<-entered
 	direct := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
 	defer direct.Close()

@@ -73,7 +73,7 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	if o.Observe != nil {
 		log = log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, o.Observe) }))
 	}
-	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue})
+	cache, err := hotcache.New(hotcache.Config{Capacity: o.Capacity, MaxBytes: 1 << 28, MaxValue: o.MaxValue, StrictHolds: true})
 	if err != nil {
 		t.Fatalf("hotcache.New: %v", err)
 	}
@@ -100,6 +100,7 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 		defer scancel()
 		_ = srv.Shutdown(sctx)
 		<-runErr
+		checkHolds(t, cache, sub)
 		cancel()
 		<-subDone
 	})
@@ -120,5 +121,32 @@ func (p *Proxy) WaitReady(t testing.TB) {
 			t.Fatal("keyspace subscription not ready after 10 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkHolds fails the test if a cache hold outlives the sessions that
+// took it: with every client closed and notifications flowing, the only
+// holds left are caching turned off and suspensions timed to end within
+// opaqueHold (1 s), or fences the subscriber is about to pass.
+func checkHolds(t testing.TB, cache *hotcache.Cache, sub *upstream.Subscriber) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if !sub.Ready() {
+			return // the subscriber's own hold; fences wait for it
+		}
+		want := int64(0)
+		if !cache.Enabled() {
+			want = 1
+		}
+		got := cache.Holds()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("cache holds 3 s after every client closed: got %d, want %d (a hold no release will end)", got, want)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
