@@ -43,7 +43,7 @@ const (
 // until Redis answers them: the bytes queued on the upstream connection
 // (gnet's outbound buffer, which grows while Redis does not read, as
 // during a long script) and the bookkeeping of every request forwarded
-// and not yet answered (its slot, 56 bytes, and what it follows). Redis
+// and not yet answered (its slot, 72 bytes, and what it follows). Redis
 // would hold those requests unread in its socket, or read and not yet
 // processed in its query buffer: the backlog counts towards
 // client-query-buffer-limit as well as max-client-memory.

@@ -193,3 +193,12 @@ func TestRingAt(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotBytes pins the bookkeeping of one request in flight that the
+// limits charge (slotBytes) to the figure the documentation gives
+// (docs/configuration.md, --client-query-buffer-limit).
+func TestSlotBytes(t *testing.T) {
+	if slotBytes != 72 {
+		t.Errorf("slotBytes: got %d, want 72 (update docs/configuration.md and docs/limits.md if it must change)", slotBytes)
+	}
+}

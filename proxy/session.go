@@ -64,19 +64,19 @@ type slot struct {
 	kind    slotKind
 	act     action
 	hold    hold
-	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
 	subKind subKind
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
 	stripes int32 // write stripes to release (front of session.stripes)
 	arg     int64
 	user    string
-	auth    bool      // AUTH, or HELLO with an AUTH option: the identity follows its reply
-	anon    bool      // AUTH/HELLO AUTH whose resulting user Cicada cannot name
-	read    *readInfo // GET/HGET bookkeeping, rare
-	hk      *hkReq    // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
+	auth    bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
+	anon    bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
 	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
 	rewrite cluster.Reply
+	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
+	read    *readInfo      // GET/HGET bookkeeping, rare
+	hk      *hkReq         // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
 }
 
 // queuedAct is a connection state change queued in a transaction: it takes
@@ -332,7 +332,7 @@ func (s *session) overInputLimits() bool {
 }
 
 // inputCheckEvery is how many requests processClient parses between two
-// checks of the input limits: 4096 requests in flight are 224 KB of
+// checks of the input limits: 4096 requests in flight are 288 KB of
 // bookkeeping.
 const inputCheckEvery = 4096
 

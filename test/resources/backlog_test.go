@@ -40,7 +40,7 @@ func TestBusyRedisFlood(t *testing.T) {
 	// Behind a pause (a SELECT waits for its reply, which a BLPOP ahead of
 	// it holds back), the PINGs stay unparsed, counted at 6 bytes each,
 	// until it ends; then they are parsed at once, and their bookkeeping
-	// (56 bytes each) must be checked as it grows: unchecked, 60 MB of
+	// (72 bytes each) must be checked as it grows: unchecked, 60 MB of
 	// them took Cicada to 879 MB.
 	paused := append(resp.AppendCommand(nil, []byte("BLPOP"), []byte("nolist"), []byte("1")),
 		resp.AppendCommand(nil, []byte("SELECT"), []byte("0"))...)
