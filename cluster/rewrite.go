@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
+
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Reply names a topology command whose reply carries node addresses.
@@ -81,7 +83,10 @@ func (m *AddrMap) RewriteRedirect(reply []byte) ([]byte, bool) {
 	}
 	rest := reply[len(prefix) : len(reply)-2]
 	sp := bytes.IndexByte(rest, ' ')
-	if sp < 1 || !digits(rest[:sp]) {
+	if sp < 1 {
+		return nil, false
+	}
+	if n, ok := resp.ParseInt(rest[:sp]); !ok || n < 0 {
 		return nil, false
 	}
 	slot, addr := rest[:sp], rest[sp+1:]
@@ -113,15 +118,6 @@ func (m *AddrMap) RewriteRedirect(reply []byte) ([]byte, bool) {
 	out = append(out, ':')
 	out = strconv.AppendInt(out, int64(t.port), 10)
 	return append(out, crlf...), true
-}
-
-func digits(b []byte) bool {
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return len(b) > 0
 }
 
 // Rewrite returns reply, one complete RESP2 or RESP3 reply to a command of
@@ -670,11 +666,11 @@ func (r *reader) length(line []byte, nullable bool) (int, bool) {
 	if nullable && string(line) == "-1" {
 		return -1, true
 	}
-	if !digits(line) || len(line) > 18 {
+	n, ok := resp.ParseInt(line)
+	if !ok || n < 0 {
 		return 0, false
 	}
-	n, _ := strconv.Atoi(string(line))
-	return n, n <= len(r.b)
+	return int(n), n <= int64(len(r.b))
 }
 
 // skipRest skips what follows v when v is an aggregate: its elements and,

@@ -1,5 +1,7 @@
 package command
 
+import "github.com/cicada-proxy/cicada/resp"
+
 // CurrentDB is the KeyRef.DB of a key in the connection's current database.
 const CurrentDB = -1
 
@@ -231,7 +233,7 @@ func numkeysKeys(args [][]byte, numIdx int, dst []KeyRef) ([]KeyRef, bool) {
 	if numIdx >= len(args) {
 		return dst, false
 	}
-	n, ok := ParseInt(args[numIdx])
+	n, ok := resp.ParseInt(args[numIdx])
 	if !ok || n < 1 || n > int64(len(args)-numIdx-1) {
 		return dst, false
 	}
@@ -297,49 +299,9 @@ func EqualFold(b []byte, lower string) bool {
 // parseDB parses a database number: a non-negative integer that fits in an
 // int32 (Redis checks it against its configured database count later).
 func parseDB(b []byte) (int, bool) {
-	n, ok := ParseInt(b)
+	n, ok := resp.ParseInt(b)
 	if !ok || n < 0 || n > 1<<31-1 {
 		return 0, false
 	}
 	return int(n), true
-}
-
-// ParseInt parses b as Redis's string2ll does: an optional '-', then "0" or
-// digits without a leading zero; no '+', no spaces, no overflow. nil, empty
-// and over-long inputs fail.
-func ParseInt(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	if len(b) == 1 && b[0] == '0' {
-		return 0, true
-	}
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || b[0] < '1' || b[0] > '9' {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if v > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		v = v*10 + d
-	}
-	if neg {
-		if v > 1<<63 {
-			return 0, false
-		}
-		return -int64(v), true
-	}
-	if v > 1<<63-1 {
-		return 0, false
-	}
-	return int64(v), true
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cicada-proxy/cicada/command/internal/cmdinfo"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Learned completes the built-in table with what a live server's COMMAND
@@ -280,7 +281,7 @@ func specKeys(s *Spec, args [][]byte, dst []KeyRef) ([]KeyRef, bool) {
 			if at >= argc || args[at] == nil {
 				return dst, false
 			}
-			n, ok := ParseInt(args[at])
+			n, ok := resp.ParseInt(args[at])
 			if !ok || n < 0 || n > int64(argc) {
 				return dst, false
 			}

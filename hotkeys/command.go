@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Sub is a HOTKEYS subcommand.
@@ -139,7 +139,7 @@ func ParseStart(args [][]byte) (Options, string) {
 	if argc < 4 || !equalFold(args[2], "metrics") {
 		return o, "METRICS parameter is required"
 	}
-	n, ok := command.ParseInt(args[3])
+	n, ok := resp.ParseInt(args[3])
 	if !ok || n < 1 || n > 2 {
 		return o, "METRICS count must be > 0 and <= 2"
 	}
@@ -168,19 +168,19 @@ func ParseStart(args [][]byte) (Options, string) {
 		more := j+1 < argc
 		switch {
 		case more && equalFold(args[j], "count"):
-			v, ok := command.ParseInt(args[j+1])
+			v, ok := resp.ParseInt(args[j+1])
 			if !ok || v < 1 || v > MaxCount {
 				return o, "COUNT must be between 1 and 64"
 			}
 			o.Count = int(v)
 		case more && equalFold(args[j], "duration"):
-			v, ok := command.ParseInt(args[j+1])
+			v, ok := resp.ParseInt(args[j+1])
 			if !ok || v < 1 || v > MaxDuration {
 				return o, "DURATION must be between 1 and 1000000"
 			}
 			o.Duration = time.Duration(v) * time.Second
 		case more && equalFold(args[j], "sample"):
-			v, ok := command.ParseInt(args[j+1])
+			v, ok := resp.ParseInt(args[j+1])
 			if !ok || v < 1 || v > 1<<31-1 {
 				return o, "SAMPLE ratio must be positive"
 			}

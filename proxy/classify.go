@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"strconv"
-
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
@@ -91,8 +89,8 @@ func (s *session) onCommand(n int) decision {
 	pauseAfter := false
 	switch name {
 	case "select":
-		if db, err := strconv.Atoi(string(args[1])); err == nil {
-			sl.act, sl.arg = actSelect, int64(db)
+		if db, ok := resp.ParseInt(args[1]); ok {
+			sl.act, sl.arg = actSelect, db
 		}
 		pauseAfter = true
 		s.opaqueDBUnknown = s.opaqueSend
@@ -506,7 +504,7 @@ func parseHello(args [][]byte) (proto int64, user string, auth, anon bool) {
 	if len(args) < 2 || args[1] == nil {
 		return 0, "", len(args) > 1, len(args) > 1
 	}
-	proto, _ = strconv.ParseInt(string(args[1]), 10, 64)
+	proto, _ = resp.ParseInt(args[1])
 	for i := 2; i < len(args); i++ {
 		switch {
 		case args[i] == nil:

@@ -589,7 +589,7 @@ func (s *session) finishFill(fr *resp.Frame) {
 	if fr.Value.Type != resp.TypeInteger {
 		return
 	}
-	ttl, ok := atoi(fr.Value.Head())
+	ttl, ok := resp.ParseInt(fr.Value.Head())
 	if !ok {
 		return
 	}
@@ -623,7 +623,7 @@ func (s *session) finishFieldFill(ri *readInfo, fr *resp.Frame) {
 		fr.Elems[0].Type != resp.TypeInteger {
 		return
 	}
-	ttl, ok := atoi(fr.Elems[0].Head())
+	ttl, ok := resp.ParseInt(fr.Elems[0].Head())
 	if !ok {
 		return
 	}
@@ -691,7 +691,7 @@ func isMessage(kind []byte) bool {
 // and patterns Redis reports their sum after the command, for shard
 // channels their own count.
 func (s *session) countSubs(k subConf, fr *resp.Frame) {
-	n, ok := atoi(fr.Elems[2].Head())
+	n, ok := resp.ParseInt(fr.Elems[2].Head())
 	if !ok || fr.Elems[2].Type != resp.TypeInteger {
 		return
 	}
@@ -704,27 +704,6 @@ func (s *session) countSubs(k subConf, fr *resp.Frame) {
 	if s.subs[k.family] < 0 {
 		s.subs[k.family] = 0
 	}
-}
-
-func atoi(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	var v int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + int64(c-'0')
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
 }
 
 // noteClusterError tells the cluster view about a -MOVED, -ASK or
@@ -745,15 +724,11 @@ func (s *session) noteClusterError(head []byte) {
 	default:
 		return
 	}
-	slot, n := 0, 0
-	for _, c := range rest {
-		if c < '0' || c > '9' || n == 5 {
-			break
-		}
-		slot, n = slot*10+int(c-'0'), n+1
+	if sp := bytes.IndexByte(rest, ' '); sp > 0 {
+		rest = rest[:sp]
 	}
-	if n > 0 && slot < cluster.Slots {
-		s.srv.topo.Contradicted(slot, s.readonly)
+	if slot, ok := resp.ParseInt(rest); ok && slot >= 0 && slot < cluster.Slots {
+		s.srv.topo.Contradicted(int(slot), s.readonly)
 	}
 }
 

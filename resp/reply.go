@@ -238,7 +238,7 @@ func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	if b[cr+1] != '\n' || cr > maxHeaderLine {
 		return 0, false, false, ErrReplyProtocol
 	}
-	v, valid := string2ll(b[1:cr])
+	v, valid := ParseInt(b[1:cr])
 	if !valid || v < -1 || (v == -1 && t != TypeBulk && t != TypeArray) {
 		return 0, false, false, ErrReplyProtocol
 	}
@@ -392,7 +392,7 @@ func (e *Elem) endLine() bool {
 		if e.Len > 20 {
 			return false
 		}
-		_, ok := string2ll(h)
+		_, ok := ParseInt(h)
 		return ok
 	}
 	return true

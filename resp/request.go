@@ -200,7 +200,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			}
 			return 0, NeedMore
 		}
-		ll, valid := string2ll(b[1:line])
+		ll, valid := ParseInt(b[1:line])
 		if !valid || ll > MaxMultibulkLen {
 			return p.end(0, p.failAt(errInvalidMbulk, line+2))
 		}
@@ -228,7 +228,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			if b[n] != '$' {
 				return p.fail(n, expectedDollar(b[n]), line+2)
 			}
-			ll, valid := string2ll(b[n+1 : line])
+			ll, valid := ParseInt(b[n+1 : line])
 			if !valid || ll < 0 {
 				return p.fail(n, errInvalidBulk, line+2)
 			}
@@ -479,50 +479,4 @@ func expectedDollar(c byte) string {
 		c = ' '
 	}
 	return errExpectedDollar + string([]byte{c}) + "'"
-}
-
-// string2ll is Redis's util.c string2ll: optional '-', no leading zeros
-// (except "0" itself), no '+', at most 20 characters, no overflow.
-func string2ll(s []byte) (int64, bool) {
-	if len(s) == 0 || len(s) >= 21 {
-		return 0, false
-	}
-	if len(s) == 1 && s[0] == '0' {
-		return 0, true
-	}
-	neg := false
-	if s[0] == '-' {
-		neg = true
-		s = s[1:]
-		if len(s) == 0 {
-			return 0, false
-		}
-	}
-	if s[0] < '1' || s[0] > '9' {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if v > math.MaxUint64/10 {
-			return 0, false
-		}
-		v *= 10
-		if v > math.MaxUint64-uint64(c-'0') {
-			return 0, false
-		}
-		v += uint64(c - '0')
-	}
-	if neg {
-		if v > uint64(math.MaxInt64)+1 {
-			return 0, false
-		}
-		return -int64(v), true
-	}
-	if v > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(v), true
 }

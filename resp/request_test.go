@@ -302,25 +302,6 @@ func TestRequestParserLongInline(t *testing.T) {
 	}
 }
 
-func TestString2ll(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"0", 0, true}, {"-0", 0, false}, {"00", 0, false}, {"01", 0, false}, {"+1", 0, false},
-		{"-", 0, false}, {"", 0, false}, {"9223372036854775807", 9223372036854775807, true},
-		{"9223372036854775808", 0, false}, {"-9223372036854775808", -9223372036854775808, true},
-		{"-9223372036854775809", 0, false}, {"123456789012345678901", 0, false}, {"12a", 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := string2ll([]byte(tt.in))
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("string2ll(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
 // TestRequestParserLinear feeds requests one byte per Parse call, as a
 // client sending one byte per TCP segment makes the proxy do, and checks
 // that the parser searched each byte for a line end a bounded number of

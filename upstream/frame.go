@@ -3,7 +3,8 @@ package upstream
 import (
 	"bytes"
 	"errors"
-	"strconv"
+
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // errFrame is returned by scanFrame for bytes that are not RESP2.
@@ -56,9 +57,10 @@ func scanValue(b []byte, f *frame, depth int) (int, error) {
 	switch typ {
 	case '+', '-', ':':
 	case '$':
-		size, err := strconv.Atoi(string(text))
+		size64, ok := resp.ParseInt(text)
+		size := int(size64)
 		switch {
-		case err != nil || size < -1:
+		case !ok || size < -1:
 			return 0, errFrame
 		case size == -1:
 			e.null, e.val = true, nil
@@ -71,8 +73,9 @@ func scanValue(b []byte, f *frame, depth int) (int, error) {
 			n += size + 2
 		}
 	case '*':
-		count, err := strconv.Atoi(string(text))
-		if err != nil || count < -1 {
+		count64, ok := resp.ParseInt(text)
+		count := int(count64)
+		if !ok || count < -1 {
 			return 0, errFrame
 		}
 		e.null, e.val = count == -1, nil

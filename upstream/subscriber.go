@@ -62,6 +62,7 @@ import (
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Pattern is the channel pattern Cicada subscribes to.
@@ -530,11 +531,9 @@ func parseChannel(ch []byte) (db int, key []byte, ok bool) {
 	if end <= 0 || end > 9 {
 		return 0, nil, false
 	}
-	for _, c := range rest[:end] {
-		if c < '0' || c > '9' {
-			return 0, nil, false
-		}
-		db = db*10 + int(c-'0')
+	n, ok := resp.ParseInt(rest[:end])
+	if !ok || n < 0 {
+		return 0, nil, false
 	}
-	return db, rest[end+3:], true
+	return int(n), rest[end+3:], true
 }
