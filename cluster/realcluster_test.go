@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/redistest"
 )
 
@@ -226,9 +227,10 @@ func readRequest(r *bufio.Reader) (raw []byte, args [][]byte, err error) {
 func readReply(up net.Conn, buf []byte) (reply, rest []byte, err error) {
 	chunk := make([]byte, 64<<10)
 	for {
-		r := reader{b: buf}
-		if len(buf) > 0 && r.skip(1) {
-			return buf[:r.i:r.i], buf[r.i:], nil
+		sc := resp.NewScanner(buf)
+		if len(buf) > 0 && sc.Skip(1) == resp.ScanOK {
+			i := sc.Offset()
+			return buf[:i:i], buf[i:], nil
 		}
 		if err := up.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
 			return nil, nil, err

@@ -151,7 +151,7 @@ func (m *AddrMap) Rewrite(kind Reply, reply []byte) []byte {
 	if m.Len() == 0 || len(reply) == 0 {
 		return reply
 	}
-	w := rewriter{reader: reader{b: reply}, m: m}
+	w := rewriter{reader: reader{sc: resp.NewScanner(reply)}, m: m}
 	var ok bool
 	switch kind {
 	case ReplySlots:
@@ -161,7 +161,7 @@ func (m *AddrMap) Rewrite(kind Reply, reply []byte) []byte {
 	case ReplyNodes:
 		ok = w.nodes()
 	}
-	if !ok || w.i != len(reply) || len(w.edits) == 0 {
+	if !ok || w.sc.Offset() != len(reply) || len(w.edits) == 0 {
 		return reply
 	}
 	return w.apply()
@@ -184,13 +184,13 @@ func (m *AddrMap) RewriteExec(reply []byte, elems []ExecElem) []byte {
 	if m.Len() == 0 || len(elems) == 0 {
 		return reply
 	}
-	w := rewriter{reader: reader{b: reply}, m: m}
+	w := rewriter{reader: reader{sc: resp.NewScanner(reply)}, m: m}
 	top, ok := w.next()
-	if !ok || top.typ != '*' || top.null {
+	if !ok || top.Type != '*' || top.Null {
 		return reply
 	}
 	j := 0
-	for i := range top.n {
+	for i := range top.N {
 		kind := ReplyNone
 		for j < len(elems) && elems[j].Index < i {
 			j++
@@ -198,7 +198,7 @@ func (m *AddrMap) RewriteExec(reply []byte, elems []ExecElem) []byte {
 		if j < len(elems) && elems[j].Index == i {
 			kind = elems[j].Kind
 		}
-		start, edits := w.i, len(w.edits)
+		start, edits := w.sc.Offset(), len(w.edits)
 		done := false
 		switch kind {
 		case ReplySlots:
@@ -209,13 +209,14 @@ func (m *AddrMap) RewriteExec(reply []byte, elems []ExecElem) []byte {
 			done = w.nodes()
 		}
 		if !done { // not one to rewrite, or not of its shape: skip it whole
-			w.i, w.edits = start, w.edits[:edits]
+			w.sc.SetOffset(start)
+			w.edits = w.edits[:edits]
 			if !w.skip(1) {
 				return reply
 			}
 		}
 	}
-	if w.i != len(reply) || len(w.edits) == 0 {
+	if w.sc.Offset() != len(reply) || len(w.edits) == 0 {
 		return reply
 	}
 	return w.apply()
@@ -229,7 +230,7 @@ type edit struct {
 // node holds the address fields of one node of CLUSTER SLOTS or CLUSTER
 // SHARDS as they were read; a field's typ is 0 when absent.
 type node struct {
-	endpoint, ip, hostname, port value
+	endpoint, ip, hostname, port resp.Token
 }
 
 // rewriter walks one reply and collects edits; the reply is left as is.
@@ -242,39 +243,39 @@ type rewriter struct {
 // next reads a value the walk examines. A RESP3 attribute there (Redis
 // sends none in these replies) makes the reply one of an unknown shape;
 // values read with reader.next only to be skipped may carry attributes.
-func (w *rewriter) next() (value, bool) {
+func (w *rewriter) next() (resp.Token, bool) {
 	v, ok := w.reader.next()
-	return v, ok && v.typ != '|'
+	return v, ok && v.Type != '|'
 }
 
 func (w *rewriter) apply() []byte {
 	slices.SortFunc(w.edits, func(a, b edit) int { return a.start - b.start })
-	n := len(w.b)
+	n := len(w.sc.Bytes())
 	for _, e := range w.edits {
 		n += len(e.repl) - (e.end - e.start)
 	}
 	out := make([]byte, 0, n)
 	last := 0
 	for _, e := range w.edits {
-		out = append(out, w.b[last:e.start]...)
+		out = append(out, w.sc.Bytes()[last:e.start]...)
 		out = append(out, e.repl...)
 		last = e.end
 	}
-	return append(out, w.b[last:]...)
+	return append(out, w.sc.Bytes()[last:]...)
 }
 
 // slots walks a CLUSTER SLOTS reply.
 func (w *rewriter) slots() bool {
 	top, ok := w.next()
-	if !ok || top.typ != '*' {
+	if !ok || top.Type != '*' {
 		return false
 	}
-	for range top.n {
+	for range top.N {
 		r, ok := w.next()
-		if !ok || r.typ != '*' || r.n < 2 || !w.skip(2) {
+		if !ok || r.Type != '*' || r.N < 2 || !w.skip(2) {
 			return false
 		}
-		for range r.n - 2 {
+		for range r.N - 2 {
 			if !w.slotsNode() {
 				return false
 			}
@@ -286,7 +287,7 @@ func (w *rewriter) slots() bool {
 // slotsNode walks [endpoint, port, id, metadata, ...] of CLUSTER SLOTS.
 func (w *rewriter) slotsNode() bool {
 	v, ok := w.next()
-	if !ok || v.typ != '*' || v.n < 2 {
+	if !ok || v.Type != '*' || v.N < 2 {
 		return false
 	}
 	var nd node
@@ -296,7 +297,7 @@ func (w *rewriter) slotsNode() bool {
 	if nd.port, ok = w.next(); !ok || !w.skipRest(nd.port) {
 		return false
 	}
-	for i := 2; i < v.n; i++ {
+	for i := 2; i < v.N; i++ {
 		e, ok := w.reader.next() // an id or metadata with an attribute is skipped
 		if !ok {
 			return false
@@ -320,10 +321,10 @@ func (w *rewriter) slotsNode() bool {
 // shards walks a CLUSTER SHARDS reply.
 func (w *rewriter) shards() bool {
 	top, ok := w.next()
-	if !ok || top.typ != '*' {
+	if !ok || top.Type != '*' {
 		return false
 	}
-	for range top.n {
+	for range top.N {
 		s, ok := w.next()
 		pairs, isMap := mapLen(s)
 		if !ok || !isMap {
@@ -331,20 +332,20 @@ func (w *rewriter) shards() bool {
 		}
 		for range pairs {
 			k, ok := w.next()
-			if !ok || !k.str() {
+			if !ok || !str(&k) {
 				return false
 			}
 			v, ok := w.reader.next()
 			if !ok {
 				return false
 			}
-			if string(k.data) != "nodes" || v.typ != '*' {
+			if string(k.Data) != "nodes" || v.Type != '*' {
 				if !w.skipRest(v) {
 					return false
 				}
 				continue
 			}
-			for range v.n {
+			for range v.N {
 				nv, ok := w.next()
 				np, isMap := mapLen(nv)
 				if !ok || !isMap {
@@ -366,14 +367,14 @@ func (w *rewriter) shards() bool {
 func (w *rewriter) fields(pairs int, nd *node, all bool) bool {
 	for range pairs {
 		k, ok := w.next()
-		if !ok || !k.str() {
+		if !ok || !str(&k) {
 			return false
 		}
 		v, ok := w.next()
 		if !ok || !w.skipRest(v) {
 			return false
 		}
-		switch string(k.data) {
+		switch string(k.Data) {
 		case "ip":
 			nd.ip = v
 		case "hostname":
@@ -393,19 +394,19 @@ func (w *rewriter) fields(pairs int, nd *node, all bool) bool {
 
 // rewriteNode adds the edits for one node, if an entry matches it.
 func (w *rewriter) rewriteNode(nd *node) {
-	if nd.port.typ != ':' {
+	if nd.port.Type != ':' {
 		return
 	}
-	port, ok := parsePort(nd.port.data)
+	port, ok := parsePort(nd.port.Data)
 	if !ok {
 		return
 	}
 	var ep, ip []byte
-	if nd.endpoint.str() {
-		ep = nd.endpoint.data
+	if str(&nd.endpoint) {
+		ep = nd.endpoint.Data
 	}
-	if nd.ip.str() {
-		ip = nd.ip.data
+	if str(&nd.ip) {
+		ip = nd.ip.Data
 	}
 	t, found := w.m.find(ep, ip, port)
 	if !found {
@@ -413,14 +414,14 @@ func (w *rewriter) rewriteNode(nd *node) {
 	}
 	if t.port != port {
 		repl := strconv.AppendInt([]byte{':'}, int64(t.port), 10)
-		w.edits = append(w.edits, edit{nd.port.start, nd.port.end, append(repl, crlf...)})
+		w.edits = append(w.edits, edit{nd.port.Start, nd.port.End, append(repl, crlf...)})
 	}
 	if t.from == "" || t.from == t.to {
 		return
 	}
-	for _, h := range [...]*value{&nd.endpoint, &nd.ip, &nd.hostname} {
-		if h.str() && string(h.data) == t.from {
-			w.edits = append(w.edits, edit{h.start, h.end, appendStr(nil, h.typ, t.to)})
+	for _, h := range [...]*resp.Token{&nd.endpoint, &nd.ip, &nd.hostname} {
+		if str(h) && string(h.Data) == t.from {
+			w.edits = append(w.edits, edit{h.Start, h.End, appendStr(nil, h.Type, t.to)})
 		}
 	}
 }
@@ -432,10 +433,10 @@ func (w *rewriter) nodes() bool {
 	if !ok {
 		return false
 	}
-	if v.typ != '*' {
+	if v.Type != '*' {
 		return w.nodesText(v)
 	}
-	for range v.n {
+	for range v.N {
 		e, ok := w.next()
 		if !ok || !w.nodesText(e) {
 			return false
@@ -445,27 +446,27 @@ func (w *rewriter) nodes() bool {
 }
 
 // nodesText rewrites one bulk or verbatim string of CLUSTER NODES lines.
-func (w *rewriter) nodesText(v value) bool {
+func (w *rewriter) nodesText(v resp.Token) bool {
 	var head []byte // the verbatim format, "txt:"
 	switch {
-	case v.typ == '$' && !v.null:
-	case v.typ == '=' && len(v.data) >= 4 && v.data[3] == ':':
-		head = v.data[:4]
+	case v.Type == '$' && !v.Null:
+	case v.Type == '=' && len(v.Data) >= 4 && v.Data[3] == ':':
+		head = v.Data[:4]
 	default:
 		return false
 	}
-	text, changed := w.m.rewriteLines(v.data[len(head):])
+	text, changed := w.m.rewriteLines(v.Data[len(head):])
 	if !changed {
 		return true
 	}
 	repl := make([]byte, 0, len(head)+len(text)+16)
-	repl = append(repl, v.typ)
+	repl = append(repl, v.Type)
 	repl = strconv.AppendInt(repl, int64(len(head)+len(text)), 10)
 	repl = append(repl, crlf...)
 	repl = append(repl, head...)
 	repl = append(repl, text...)
 	repl = append(repl, crlf...)
-	w.edits = append(w.edits, edit{v.start, v.end, repl})
+	w.edits = append(w.edits, edit{v.Start, v.End, repl})
 	return true
 }
 
@@ -569,134 +570,35 @@ func appendStr(dst []byte, typ byte, s string) []byte {
 
 var crlf = []byte("\r\n")
 
-// value is one RESP2/RESP3 value as reader.next returns it.
-type value struct {
-	typ  byte
-	null bool   // $-1, *-1, _
-	n    int    // aggregates: values that follow (2 per pair for maps and attributes)
-	data []byte // line types: the line; bulk types: the payload
-	// start and end bound the value's bytes in the reply: the whole value
-	// for scalars, the header line only for aggregates.
-	start, end int
-}
-
 // str reports whether v is a string Rewrite may replace: a non-null bulk
 // string or a simple string.
-func (v *value) str() bool { return (v.typ == '$' || v.typ == '+') && !v.null }
+func str(v *resp.Token) bool { return (v.Type == '$' || v.Type == '+') && !v.Null }
 
 // mapLen returns the pair count of a RESP3 map or of a RESP2 flat
 // name/value array; ok is false for anything else.
-func mapLen(v value) (pairs int, ok bool) {
+func mapLen(v resp.Token) (pairs int, ok bool) {
 	switch {
-	case v.typ == '%' && !v.null:
-		return v.n / 2, true
-	case v.typ == '*' && !v.null && v.n%2 == 0:
-		return v.n / 2, true
+	case v.Type == '%' && !v.Null:
+		return v.N / 2, true
+	case v.Type == '*' && !v.Null && v.N%2 == 0:
+		return v.N / 2, true
 	}
 	return 0, false
 }
 
-// reader reads RESP2/RESP3 values from b, trusting no length: every length
-// is checked against the bytes left before use, and every line and payload
-// must end in CRLF. It does not recurse, so no depth limit is needed.
-type reader struct {
-	b []byte
-	i int
-}
+// reader reads the reply with resp.Scanner; a value that is incomplete
+// in a complete reply is as invalid as one that is not RESP.
+type reader struct{ sc resp.Scanner }
 
-// next reads one value at r.i: a scalar whole, an aggregate's header only.
-// ok is false at the end of b or on anything that is not RESP.
-func (r *reader) next() (v value, ok bool) {
-	if r.i >= len(r.b) {
-		return v, false
-	}
-	v.start, v.typ = r.i, r.b[r.i]
-	nl := bytes.IndexByte(r.b[r.i:], '\n')
-	if nl < 2 || r.b[r.i+nl-1] != '\r' {
-		return v, false
-	}
-	line := r.b[r.i+1 : r.i+nl-1]
-	r.i += nl + 1
-	switch v.typ {
-	case '+', '-', ':', ',', '#', '(':
-		v.data = line
-	case '_':
-		if len(line) != 0 {
-			return v, false
-		}
-		v.null = true
-	case '$', '!', '=':
-		n, ok := r.length(line, v.typ == '$')
-		if !ok {
-			return v, false
-		}
-		if n < 0 {
-			v.null = true
-			break
-		}
-		if n > len(r.b)-r.i-2 || r.b[r.i+n] != '\r' || r.b[r.i+n+1] != '\n' {
-			return v, false
-		}
-		v.data = r.b[r.i : r.i+n]
-		r.i += n + 2
-	case '*', '~', '>', '%', '|':
-		n, ok := r.length(line, v.typ == '*')
-		if !ok {
-			return v, false
-		}
-		if v.typ == '%' || v.typ == '|' {
-			n *= 2
-		}
-		if n < 0 {
-			v.null = true
-		} else if n > len(r.b)-r.i {
-			return v, false // each value takes at least one byte
-		}
-		v.n = max(n, 0)
-	default:
-		return v, false
-	}
-	v.end = r.i
-	return v, true
-}
-
-// length parses a length header: digits, or "-1" when nullable. A length
-// over the bytes of b is refused before it can overflow.
-func (r *reader) length(line []byte, nullable bool) (int, bool) {
-	if nullable && string(line) == "-1" {
-		return -1, true
-	}
-	n, ok := resp.ParseInt(line)
-	if !ok || n < 0 {
-		return 0, false
-	}
-	return int(n), n <= int64(len(r.b))
-}
-
-// skipRest skips what follows v when v is an aggregate: its elements and,
-// for an attribute, the value it annotates.
-func (r *reader) skipRest(v value) bool {
-	n := v.n
-	if v.typ == '|' {
-		n++
-	}
-	return r.skip(n)
+// next reads one value: a scalar whole, an aggregate's header only.
+func (r *reader) next() (resp.Token, bool) {
+	t, st := r.sc.Next()
+	return t, st == resp.ScanOK
 }
 
 // skip skips n whole values.
-func (r *reader) skip(n int) bool {
-	for n > 0 {
-		v, ok := r.next()
-		if !ok {
-			return false
-		}
-		n += v.n - 1
-		if v.typ == '|' {
-			n++
-		}
-		if n > len(r.b)-r.i {
-			return false
-		}
-	}
-	return true
-}
+func (r *reader) skip(n int) bool { return r.sc.Skip(n) == resp.ScanOK }
+
+// skipRest skips what follows v when v is an aggregate: its elements and,
+// for an attribute, the value it annotates.
+func (r *reader) skipRest(v resp.Token) bool { return r.sc.SkipRest(v) == resp.ScanOK }

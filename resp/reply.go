@@ -238,8 +238,8 @@ func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 	if b[cr+1] != '\n' || cr > maxHeaderLine {
 		return 0, false, false, ErrReplyProtocol
 	}
-	v, valid := ParseInt(b[1:cr])
-	if !valid || v < -1 || (v == -1 && t != TypeBulk && t != TypeArray) {
+	v, valid := HeaderLength(t, b[1:cr])
+	if !valid {
 		return 0, false, false, ErrReplyProtocol
 	}
 	used = cr + 2
@@ -258,10 +258,7 @@ func (f *ReplyFramer) header(b []byte) (used int, ended, ok bool, err error) {
 		if v == -1 {
 			return used, true, true, nil
 		}
-		if v > 1<<62 {
-			return 0, false, false, ErrReplyProtocol
-		}
-		f.bulkLeft = v + 2
+		f.bulkLeft = v + 2 // HeaderLength: v <= 2^62
 		return used, false, true, nil
 	}
 	if v == -1 {
