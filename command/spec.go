@@ -57,6 +57,14 @@ type Spec struct {
 	First, Last, Step int
 	// Effect is what the command can do to cached data.
 	Effect Effect
+	// Conn is what the command does to the connection that sends it
+	// (conn.go); ConnSub is the family of a ConnSubscribe command, ConnOn
+	// tells READONLY (true) from READWRITE, ConnVerify marks CONFIG SET,
+	// after which notify-keyspace-events must be checked again.
+	Conn       ConnEffect
+	ConnSub    SubKind
+	ConnOn     bool
+	ConnVerify bool
 
 	keys      keysKind  // how WrittenKeys finds the keys when Effect is EffectKeys
 	container bool      // has subcommands; Resolve looks at args[1]
@@ -93,6 +101,7 @@ func init() {
 			}
 		}
 		s.Effect, s.keys = decide(s.Name, s.Flags, s.First)
+		setConn(s)
 	}
 }
 

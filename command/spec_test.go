@@ -286,3 +286,52 @@ func BenchmarkResolveGetParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestConnEffects: every command named in connEffects exists in the
+// table with that effect, and subscribe commands and their confirmations
+// share one family table.
+func TestConnEffects(t *testing.T) {
+	for name, want := range connEffects {
+		s := index[name]
+		if s == nil {
+			t.Errorf("connEffects names %q, which the table lacks", name)
+			continue
+		}
+		if s.Conn != want {
+			t.Errorf("%s: Conn %d, want %d", name, s.Conn, want)
+		}
+		if want == ConnSubscribe {
+			k, ok := Confirmation([]byte(name))
+			if !ok || k != s.ConnSub {
+				t.Errorf("Confirmation(%q): got %d, %v, want %d, true", name, k, ok, s.ConnSub)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		conn ConnEffect
+		sub  SubKind
+		on   bool
+	}{
+		{[]string{"SELECT", "1"}, ConnSelect, 0, false},
+		{[]string{"client", "TRACKING", "on"}, ConnTracking, 0, false},
+		{[]string{"PSUBSCRIBE", "a*"}, ConnSubscribe, SubPattern, false},
+		{[]string{"sunsubscribe"}, ConnSubscribe, SubShard, false},
+		{[]string{"READONLY"}, ConnReadonly, 0, true},
+		{[]string{"READWRITE"}, ConnReadonly, 0, false},
+		{[]string{"CLIENT", "SETNAME", "x"}, ConnNone, 0, false},
+		{[]string{"GET", "k"}, ConnNone, 0, false},
+	} {
+		var args [][]byte
+		for _, a := range tt.args {
+			args = append(args, []byte(a))
+		}
+		s := Resolve(args)
+		if s == nil || s.Conn != tt.conn || s.ConnSub != tt.sub || s.ConnOn != tt.on {
+			t.Errorf("Resolve(%q): got %+v, want Conn %d ConnSub %d ConnOn %v", tt.args, s, tt.conn, tt.sub, tt.on)
+		}
+	}
+	if _, ok := Confirmation([]byte("message")); ok {
+		t.Error(`Confirmation("message"): ok, want false`)
+	}
+}

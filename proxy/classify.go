@@ -18,15 +18,6 @@ const (
 	decideInject                  // forward it and loop.inject right behind it
 )
 
-// subKind names a (un)subscribe command family.
-type subKind uint8
-
-const (
-	subChannel subKind = iota // SUBSCRIBE / UNSUBSCRIBE: channels
-	subPattern                // PSUBSCRIBE / PUNSUBSCRIBE: patterns
-	subShard                  // SSUBSCRIBE / SUNSUBSCRIBE: shard channels
-)
-
 // commandKey is a key a write touches, resolved to its db.
 type commandKey struct {
 	db  int
@@ -70,7 +61,8 @@ func (s *session) onCommand(n int) decision {
 		}
 	}
 	s.loop.stats.forwarded.Add(1)
-	if len(args) > 0 && command.EqualFold(args[0], "quit") {
+	spec := s.srv.settings.Commands().Resolve(args)
+	if spec != nil && spec.Conn == command.ConnQuit {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
 		s.quit = true
@@ -79,43 +71,39 @@ func (s *session) onCommand(n int) decision {
 		}
 		return decideForward
 	}
-	spec := s.srv.settings.Commands().Resolve(args)
-	name := ""
+	conn := command.ConnNone
 	if spec != nil && spec.ArityOK(int(argc)) {
-		name = spec.Name
+		conn = spec.Conn
 	}
-	truncated := int64(len(args)) != argc
 	sl := slot{kind: slotReply}
-	pauseAfter := false
-	switch name {
-	case "select":
+	pauseAfter := conn.PausesAfter() // what follows must see the state it sets
+	switch conn {
+	case command.ConnSelect:
 		if db, ok := resp.ParseInt(args[1]); ok {
-			sl.act, sl.arg = actSelect, db
+			sl.act, sl.arg = conn, db
 		}
-		pauseAfter = true
 		s.opaqueDBUnknown = s.opaqueSend
-	case "reset":
-		sl.act = actReset
-		pauseAfter = true
+	case command.ConnReset:
+		sl.act = conn
 		s.sendMulti, s.txState = false, false
 		s.clearTxEffects()
 		s.opaqueDBUnknown = s.opaqueSend
-	case "multi":
-		sl.act = actMulti
+	case command.ConnMulti:
+		sl.act = conn
 		s.sendMulti = true
 		s.txInFlight++
-	case "exec":
-		sl.act = actExec
+	case command.ConnExec:
+		sl.act = conn
 		pauseAfter = s.txState // what follows must see the state it sets
 		s.sendMulti, s.txState = false, false
 		s.txInFlight++
-	case "discard":
-		sl.act = actDiscard
+	case command.ConnDiscard:
+		sl.act = conn
 		s.sendMulti, s.txState = false, false
 		s.clearTxEffects()
 		s.txInFlight++
-	case "auth":
-		sl.act, sl.user, sl.auth = actAuth, "default", true
+	case command.ConnAuth:
+		sl.act, sl.user, sl.auth = conn, "default", true
 		if argc == 3 {
 			if args[1] == nil {
 				sl.user, sl.anon = "", true // too long to capture
@@ -123,34 +111,30 @@ func (s *session) onCommand(n int) decision {
 				sl.user = string(args[1])
 			}
 		}
-		pauseAfter = true // the identity for what follows is Redis's answer
-	case "hello":
-		sl.act = actHello
+	case command.ConnHello:
+		sl.act = conn
 		sl.arg, sl.user, sl.auth, sl.anon = parseHello(args)
-		if truncated { // an AUTH option may be among the uncaptured
+		if int64(len(args)) != argc { // an AUTH option may be among the uncaptured
 			sl.auth, sl.anon = true, true
 		}
-		pauseAfter = true
-	case "cluster|setslot", "cluster|addslots", "cluster|addslotsrange", "cluster|delslots", "cluster|delslotsrange",
-		"cluster|flushslots", "cluster|failover", "cluster|replicate", "cluster|reset", "cluster|bumpepoch",
-		"cluster|set-config-epoch", "cluster|forget":
-		sl.act = actClusterChange
-	case "readonly", "readwrite":
-		sl.act = actReadonly
-		if name == "readonly" {
+	case command.ConnClusterChange:
+		sl.act = conn
+	case command.ConnReadonly:
+		sl.act = conn
+		if spec.ConnOn {
 			sl.arg = 1
 		}
-	case "client|tracking":
-		sl.act = actTracking
+	case command.ConnTracking:
+		sl.act = conn
 		if command.EqualFold(args[2], "on") {
 			sl.arg = 1
 		}
-	case "client|reply":
+	case command.ConnReplyMode:
 		if command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip") {
 			s.pushOpaque() // the replies that follow cannot be counted
 			return decideForward
 		}
-	case "replconf":
+	case command.ConnReplconf:
 		if replconfMaySkipReply(args, argc) {
 			// REPLCONF ACK or GETACK, which Redis runs without a reply
 			// but refuses with one (ACL, MULTI, an earlier option): the
@@ -158,19 +142,21 @@ func (s *session) onCommand(n int) decision {
 			s.pushOpaque()
 			return decideForward
 		}
-	case "monitor", "sync", "psync":
+	case command.ConnStream:
 		// A stream of monitor lines or a replication stream, not replies.
 		s.pushOpaque()
 		return decideForward
-	case "config|set":
-		// It may change requirepass or notify-keyspace-events: no cache
-		// answers until the classes Cicada needs are verified again.
-		sl.act, sl.hold = actAuthRules, holdVerify
-	case "acl|setuser", "acl|deluser", "acl|load":
-		sl.act = actAuthRules
-	case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+	case command.ConnAuthRules:
+		sl.act = conn
+		if spec.ConnVerify {
+			// CONFIG SET may change requirepass or notify-keyspace-events:
+			// no cache answers until the classes Cicada needs are
+			// verified again.
+			sl.hold = holdVerify
+		}
+	case command.ConnSubscribe:
 		sl.kind = slotSub
-		sl.subKind = subKindOf(name)
+		sl.subKind = spec.ConnSub
 		sl.subLeft = int32(argc - 1)
 		if argc == 1 {
 			sl.subLeft = -1
@@ -181,14 +167,11 @@ func (s *session) onCommand(n int) decision {
 			s.txState, pauseAfter = true, true
 		}
 	}
-	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking, actReadonly, actClusterChange:
-		if s.sendMulti {
-			// Probably queued, to take effect at EXEC (see applyTx). Wait
-			// for Redis's answer: +QUEUED, or the change itself if MULTI
-			// was refused.
-			s.txState, pauseAfter = true, true
-		}
+	if sl.act.QueuedAtExec() && s.sendMulti {
+		// Probably queued, to take effect at EXEC (see applyTx). Wait
+		// for Redis's answer: +QUEUED, or the change itself if MULTI
+		// was refused.
+		s.txState, pauseAfter = true, true
 	}
 	if s.srv.cfg.AddrMap.Len() > 0 {
 		// Inside MULTI the reply is +QUEUED, which Rewrite leaves alone;
@@ -196,7 +179,7 @@ func (s *session) onCommand(n int) decision {
 		sl.rewrite = cluster.TopologyCommand(args)
 	}
 	s.effects(spec, args, argc, &sl)
-	if sl.act == actExec {
+	if sl.act == command.ConnExec {
 		s.applyTxEffects(&sl)
 	}
 	if s.opaqueSend {
@@ -240,7 +223,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 	}
 	switch {
 	case s.opaqueSend:
-		s.applyOpaque(keys, h, sl.act == actAuthRules)
+		s.applyOpaque(keys, h, sl.act == command.ConnAuthRules)
 	case s.multi && s.sendMulti && s.txInFlight == 0:
 		// Redis confirmed MULTI and nothing can end it before this
 		// command: it is queued, and runs at EXEC.
@@ -541,16 +524,6 @@ func replconfMaySkipReply(args [][]byte, argc int64) bool {
 		}
 	}
 	return false
-}
-
-func subKindOf(name string) subKind {
-	switch name {
-	case "psubscribe", "punsubscribe":
-		return subPattern
-	case "ssubscribe", "sunsubscribe":
-		return subShard
-	}
-	return subChannel
 }
 
 func clone(b []byte) []byte {

@@ -118,16 +118,6 @@ func TestIdentities(t *testing.T) {
 	}
 }
 
-func TestSubKindOf(t *testing.T) {
-	for name, want := range map[string]subKind{"subscribe": subChannel, "unsubscribe": subChannel,
-		"psubscribe": subPattern, "punsubscribe": subPattern, "ssubscribe": subShard, "sunsubscribe": subShard} {
-		if got := subKindOf(name); got != want {
-			t.Errorf("subKindOf(%q) = %v, want %v", name, got, want)
-		}
-	}
-
-}
-
 // TestHKKey: HOTKEYS counts GET/HGET and single-key commands by their key,
 // not SPUBLISH's shard channel (a key spec Redis flags not_key).
 func TestHKKey(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/resp"
 )
@@ -250,7 +251,7 @@ func (s *session) startFrame(first byte) {
 		s.swallowing, s.rewritingError, s.rewriteBuf = true, true, nil
 	case head.rewrite != cluster.ReplyNone:
 		s.swallowing, s.rewriting, s.rewriteBuf = true, head.rewrite, nil
-	case head.act == actExec && len(s.multiRewrites) > 0:
+	case head.act == command.ConnExec && len(s.multiRewrites) > 0:
 		s.swallowing, s.rewritingExec, s.rewriteBuf = true, true, nil
 		s.rewriteExec = append(s.rewriteExec[:0], s.multiRewrites...)
 	case head.read != nil && head.read.fill:
@@ -339,7 +340,7 @@ func (s *session) onFrame(fr *resp.Frame) {
 
 // subReply counts one reply to the (un)subscribe command at the head; a
 // reply that is not a confirmation (an error, +QUEUED) ends it.
-func (s *session) subReply(family subKind, confirmation bool) {
+func (s *session) subReply(family command.SubKind, confirmation bool) {
 	head := s.slots.front()
 	switch {
 	case !confirmation:
@@ -374,11 +375,11 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 		return
 	}
 	switch sl.act {
-	case actMulti, actExec, actDiscard:
+	case command.ConnMulti, command.ConnExec, command.ConnDiscard:
 		s.txInFlight--
 	}
 	switch {
-	case sl.act == actExec:
+	case sl.act == command.ConnExec:
 		executed := !failed && !v.Null && v.Type != resp.TypeSimple
 		if executed {
 			s.applyTx()
@@ -394,13 +395,13 @@ func (s *session) complete(sl *slot, fr *resp.Frame) {
 			s.goOpaque()
 			s.opaquePubsub = true // its subscriptions are no longer counted
 		}
-	case sl.act == actDiscard:
+	case sl.act == command.ConnDiscard:
 		if !failed { // a DISCARD refused (ACL) leaves the transaction open
 			s.endMulti()
 		}
 	case !failed:
 		s.confirm(sl)
-	case sl.act == actHello && sl.auth:
+	case sl.act == command.ConnHello && sl.auth:
 		// HELLO may authenticate and then fail (an invalid SETNAME): who
 		// the connection is now, only a unique identity can stand for.
 		s.setIdent(s.srv.ids.anonymous())
@@ -423,14 +424,13 @@ func (s *session) deferQueued(sl *slot) {
 		s.multiHolds = append(s.multiHolds, queuedHold{kind: sl.hold, held: sl.held})
 		sl.hold, sl.held = holdNone, nil
 	}
-	s.multiRules = s.multiRules || sl.act == actAuthRules
+	s.multiRules = s.multiRules || sl.act == command.ConnAuthRules
 	if sl.rewrite != cluster.ReplyNone {
 		s.multiRewrites = append(s.multiRewrites, cluster.ExecElem{Index: s.txQueued, Kind: sl.rewrite})
 	}
-	switch sl.act {
-	case actSelect, actAuth, actHello, actTracking, actReadonly, actClusterChange:
+	if sl.act.QueuedAtExec() {
 		s.multiActs = append(s.multiActs, queuedAct{idx: s.txQueued, sl: *sl})
-		if sl.act == actSelect {
+		if sl.act == command.ConnSelect {
 			s.txDB, s.txDBSet = sl.arg, true
 		}
 	}
@@ -452,7 +452,7 @@ func (s *session) applyTx() {
 			s.opaqueDBUnknown = true
 			return
 		case t == resp.TypeError || t == resp.TypeBulkError:
-			if qa.sl.act == actHello && qa.sl.auth {
+			if qa.sl.act == command.ConnHello && qa.sl.auth {
 				s.setIdent(s.srv.ids.anonymous())
 				s.user, s.userAnon = "", true
 			}
@@ -490,12 +490,12 @@ func (s *session) releaseHold(kind hold, held *hotcache.Hold) {
 func (s *session) confirm(sl *slot) {
 	srv := s.srv
 	switch sl.act {
-	case actSelect:
+	case command.ConnSelect:
 		s.db = int(sl.arg)
-	case actAuth:
+	case command.ConnAuth:
 		s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
 		s.setUser(sl.user, sl.anon)
-	case actHello:
+	case command.ConnHello:
 		if sl.arg != 0 {
 			s.proto = int(sl.arg)
 		}
@@ -503,22 +503,22 @@ func (s *session) confirm(sl *slot) {
 			s.setIdent(srv.ids.userOrAnonymous(sl.user, sl.anon))
 			s.setUser(sl.user, sl.anon)
 		}
-	case actReset:
+	case command.ConnReset:
 		s.endMulti()
 		s.db, s.proto = 0, 2
 		s.setFresh()
 		s.tracking, s.readonly = false, false
 		s.subs = [3]int64{}
-	case actMulti:
+	case command.ConnMulti:
 		s.multi = true
 		s.txQueued = 0
-	case actTracking:
+	case command.ConnTracking:
 		s.tracking = sl.arg == 1
-	case actReadonly:
+	case command.ConnReadonly:
 		s.readonly = sl.arg == 1
-	case actClusterChange:
+	case command.ConnClusterChange:
 		srv.topo.Distrust()
-	case actAuthRules:
+	case command.ConnAuthRules:
 		srv.ids.rulesChanged()
 		srv.cache.Flush()
 	}
@@ -664,7 +664,7 @@ func (s *session) fill(ri *readInfo, expireAt int64) {
 }
 
 // subConf is a recognized (un)subscribe confirmation.
-type subConf struct{ family subKind }
+type subConf struct{ family command.SubKind }
 
 // subConfirmation recognizes a (un)subscribe confirmation by its first
 // element.
@@ -672,11 +672,8 @@ func subConfirmation(fr *resp.Frame) (subConf, bool) {
 	if fr.Value.Len != 3 {
 		return subConf{}, false
 	}
-	switch name := string(fr.Elems[0].Head()); name {
-	case "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe":
-		return subConf{subKindOf(name)}, true
-	}
-	return subConf{}, false
+	k, ok := command.Confirmation(fr.Elems[0].Head())
+	return subConf{k}, ok
 }
 
 func isMessage(kind []byte) bool {
@@ -695,7 +692,7 @@ func (s *session) countSubs(k subConf, fr *resp.Frame) {
 	if !ok || fr.Elems[2].Type != resp.TypeInteger {
 		return
 	}
-	if k.family == subShard {
+	if k.family == command.SubShard {
 		s.subs[2] = n
 		return
 	}

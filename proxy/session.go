@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/resp"
 )
@@ -21,24 +22,6 @@ const (
 	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
 	slotSwallow                 // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
 	slotOpaque                  // from here on, replies pass through unframed
-)
-
-// action is the connection state change a reply confirms.
-type action uint8
-
-const (
-	actNone          action = iota
-	actSelect               // arg = db
-	actAuth                 // user = user name
-	actHello                // arg = protocol (0: unchanged); user = user name when AUTH was given
-	actReset                // RESET
-	actMulti                // MULTI
-	actExec                 // EXEC: queued writes and state changes take effect
-	actDiscard              // DISCARD: queued writes end unexecuted
-	actTracking             // CLIENT TRACKING; arg = 1 on, 0 off
-	actAuthRules            // CONFIG SET, ACL SETUSER/DELUSER/LOAD: who may read what may have changed
-	actReadonly             // READONLY (arg = 1) or READWRITE (arg = 0): Redis Cluster replica reads
-	actClusterChange        // CLUSTER SETSLOT, DELSLOTS, ...: the node's slots or role may have changed
 )
 
 // hold is a cache suspension a slot keeps until its reply (one Suspend),
@@ -62,9 +45,9 @@ type queuedHold struct {
 // slot is one forwarded request waiting for its reply.
 type slot struct {
 	kind    slotKind
-	act     action
+	act     command.ConnEffect // the state change its reply confirms
 	hold    hold
-	subKind subKind
+	subKind command.SubKind
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
 	stripes int32 // write stripes to release (front of session.stripes)
 	arg     int64
