@@ -230,7 +230,7 @@ func New(cfg Config) (*Cache, error) {
 
 var seed = maphash.MakeSeed()
 
-// Hash returns the hash of key in db that every Cache method takes as h.
+// Hash returns the hash of key in db that KeyOf and FieldKeyOf compute.
 // Process-wide (random seed per process); Hash and HashString agree.
 func Hash(db int, key []byte) uint64 {
 	return mixDB(maphash.Bytes(seed, key), db)
@@ -254,41 +254,45 @@ func mixDB(h uint64, db int) uint64 {
 // Now returns the cache's clock reading (ns), the time base of Fill's sentAt.
 func (c *Cache) Now() int64 { return c.now() }
 
-// Get looks up the GET reply of key in db for a connection with identity
-// ident speaking protocol proto (2 or 3). On Hit the returned bytes are the
-// exact reply; they are immutable and stay valid forever.
-func (c *Cache) Get(db int, h uint64, key []byte, ident Ident, proto int) ([]byte, Status) {
-	return c.Lookup(db, h, key, nil, false, ident, proto)
+// Found is what Lookup found for a key: on Hit the exact reply bytes
+// (immutable, valid forever), on Hit or Unproven the key's Redis Cluster
+// hash slot (computed once, when it was filled, so that a hit behind a
+// cluster node costs no CRC16 of the key). Current tells whether it still
+// holds.
+type Found struct {
+	Reply    []byte
+	HashSlot int
+	Status   Status
+	e        *entry
+	t        *slotTable
+	cell     uint64 // e's cell in t
 }
 
-// HGet is Get for HGET key field.
-func (c *Cache) HGet(db int, h uint64, key, field []byte, ident Ident, proto int) ([]byte, Status) {
-	return c.Lookup(db, h, key, field, true, ident, proto)
-}
-
-// Lookup is Get (isField false) or HGet (isField true) in one call.
-func (c *Cache) Lookup(db int, h uint64, key, field []byte, isField bool, ident Ident, proto int) ([]byte, Status) {
-	reply, _, st := c.LookupSlot(db, h, key, field, isField, ident, proto)
-	return reply, st
-}
-
-// LookupSlot is Lookup that also returns the Redis Cluster hash slot of a
-// cached key (computed once, when it was filled), so that a hit behind a
-// cluster node costs no CRC16 of the key; slot is 0 unless st is Hit or
-// Unproven.
-func (c *Cache) LookupSlot(db int, h uint64, key, field []byte, isField bool, ident Ident, proto int) (reply []byte, slot int, st Status) {
+// Lookup looks up k's reply for a connection with identity ident speaking
+// protocol proto (2 or 3). Lock-free; it does not allocate.
+func (c *Cache) Lookup(k *Key, ident Ident, proto int) Found {
 	if c.suspended.Load() != 0 {
-		return nil, 0, Suspended
+		return Found{Status: Suspended}
 	}
-	e := c.find(db, h, key)
+	e, t, cell := c.findCell(k.db, k.hash, k.name)
 	if e == nil {
-		return nil, 0, Miss
+		return Found{Status: Miss}
 	}
-	reply, st = c.replyOf(e, field, isField, ident, proto)
-	if st == Hit || st == Unproven {
-		slot = int(e.hashSlot)
+	f := Found{e: e, t: t, cell: cell}
+	f.Reply, f.Status = c.replyOf(e, k.field, k.isField, ident, proto)
+	if f.Status == Hit || f.Status == Unproven {
+		f.HashSlot = int(e.hashSlot)
 	}
-	return reply, slot, st
+	return f
+}
+
+// Current reports whether what f found is still what the cache holds and
+// serves: the entry is still published where it was, and the cache is not
+// held. A lookup now would find the same (a write, notification, flush or
+// fill of the key since Lookup replaced or removed the entry). Lock-free:
+// three atomic loads.
+func (c *Cache) Current(f *Found) bool {
+	return f.e != nil && c.suspended.Load() == 0 && c.table.Load() == f.t && f.t.slots[f.cell].Load() == f.e
 }
 
 // replyOf returns e's reply for GET or for the field, as Lookup reports it.
@@ -336,14 +340,22 @@ func (r *reply) resp2() []byte {
 
 // find returns the published entry of key in db, or nil. Lock-free.
 func (c *Cache) find(db int, h uint64, key []byte) *entry {
+	e, _, _ := c.findCell(db, h, key)
+	return e
+}
+
+// findCell is find that also returns the table and the cell the entry was
+// found in.
+func (c *Cache) findCell(db int, h uint64, key []byte) (*entry, *slotTable, uint64) {
 	t := c.table.Load()
 	for i := uint64(0); i < probe; i++ {
-		e := t.slots[(h+i)&t.mask].Load()
+		cell := (h + i) & t.mask
+		e := t.slots[cell].Load()
 		if e != nil && e.hash == h && e.db == int32(db) && e.key == string(key) {
-			return e
+			return e, t, cell
 		}
 	}
-	return nil
+	return nil, nil, 0
 }
 
 // Suspended reports whether the cache answers nothing now.
@@ -357,15 +369,15 @@ func (c *Cache) Flush() {
 	c.removeAllLocked(ReasonFlush)
 }
 
-// BeginWrite must be called before a write to key in db is sent to Redis.
-// It evicts the key's replies and refuses fills of its stripe until
-// EndWrite(stripe). Returns the stripe to pass to EndWrite.
-func (c *Cache) BeginWrite(db int, h uint64, key []byte) uint32 {
-	s := uint32(h & c.smask)
+// BeginWrite must be called before a write to k is sent to Redis. It
+// evicts the key's replies (GET and every field) and refuses fills of its
+// stripe until EndWrite(stripe). Returns the stripe to pass to EndWrite.
+func (c *Cache) BeginWrite(k *Key) uint32 {
+	s := uint32(k.hash & c.smask)
 	st := &c.stripes[s]
 	st.inflight.Add(1)
 	st.version.Add(1)
-	if e := c.find(db, h, key); e != nil {
+	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, ReasonWrite)
 	}
 	return s
@@ -379,13 +391,12 @@ func (c *Cache) EndWrite(stripe uint32) {
 	st.inflight.Add(-1)
 }
 
-// Invalidate evicts key in db (h is Hash(db, key)) and refuses fills begun
-// before it; why is ReasonNotification for a keyspace notification,
-// ReasonWrite for a write Cicada forwards whose completion it does not
-// observe.
-func (c *Cache) Invalidate(db int, h uint64, key []byte, why Reason) {
-	c.stripes[h&c.smask].version.Add(1)
-	if e := c.find(db, h, key); e != nil {
+// Invalidate evicts every reply of k's key and refuses fills begun before
+// it; why is ReasonNotification for a keyspace notification, ReasonWrite
+// for a write Cicada forwards whose completion it does not observe.
+func (c *Cache) Invalidate(k *Key, why Reason) {
+	c.stripes[k.hash&c.smask].version.Add(1)
+	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, why)
 	}
 }
@@ -402,11 +413,11 @@ func (c *Cache) evictEntry(e *entry, why Reason) {
 // BeginFill is called when a GET/HGET of a hot key with hash h is sent to
 // Redis. ok=false means a fill could not be kept anyway (suspended, or a
 // write to the stripe is in flight): do not fetch what a fill needs.
-func (c *Cache) BeginFill(h uint64) (t Ticket, ok bool) {
+func (c *Cache) BeginFill(k *Key) (t Ticket, ok bool) {
 	if c.suspended.Load() != 0 {
 		return t, false
 	}
-	s := uint32(h & c.smask)
+	s := uint32(k.hash & c.smask)
 	st := &c.stripes[s]
 	t = Ticket{epoch: c.epoch.Load(), version: st.version.Load(), stripe: s}
 	if st.inflight.Load() != 0 {
@@ -423,12 +434,8 @@ func (c *Cache) ticketValid(t Ticket) bool {
 
 // FillRequest describes a reply to cache.
 type FillRequest struct {
-	DB    int
-	Hash  uint64
-	Key   []byte
-	Field []byte // nil for GET
-	// IsField is true for HGET (Field may be empty but not absent).
-	IsField bool
+	// Key is the GET or HGET whose reply this is; its bytes are copied.
+	Key Key
 	// Reply is the exact reply bytes ("$5\r\nhello\r\n"); nil for a nil
 	// reply. Copied by Fill.
 	Reply []byte
@@ -448,7 +455,8 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	if int64(f.ValueLen) > c.maxValue.Load() || (f.ExpireAt != 0 && c.now() >= f.ExpireAt) {
 		return false
 	}
-	if deny := c.denied.Load(); deny != nil && (*deny)(f.Key) {
+	k := &f.Key
+	if deny := c.denied.Load(); deny != nil && (*deny)(k.name) {
 		return false
 	}
 	c.mu.Lock()
@@ -456,7 +464,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	if !c.ticketValid(t) || (f.Reply == nil && c.noNils.Load()) {
 		return false
 	}
-	if old := c.find(f.DB, f.Hash, f.Key); old != nil && old.expireAt != 0 && c.now() >= old.expireAt {
+	if old := c.find(k.db, k.hash, k.name); old != nil && old.expireAt != 0 && c.now() >= old.expireAt {
 		// The key expired since: its other replies are stale too.
 		c.removeLocked(old.rec, ReasonExpired)
 	}
@@ -464,10 +472,10 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 	if f.Reply != nil {
 		r.bytes = append(make([]byte, 0, len(f.Reply)), f.Reply...)
 	}
-	rec := c.upsertLocked(f.DB, f.Hash, f.Key, func(e *entry) {
+	rec := c.upsertLocked(k.db, k.hash, k.name, func(e *entry) {
 		e.expireAt = minExpiry(e.expireAt, f.ExpireAt)
-		if f.IsField {
-			e.fields = withField(e.fields, string(f.Field), r)
+		if k.isField {
+			e.fields = withField(e.fields, string(k.field), r)
 		} else {
 			e.get = r
 		}
@@ -489,12 +497,12 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 // changes; pass it to AddReader when the read is sent.
 func (c *Cache) Epoch() uint64 { return c.epoch.Load() }
 
-// AddReader records that Redis answered ident's GET (field nil) or HGET of
-// a cached key with a value, so ident may be answered from the cache. epoch
-// is Epoch() when the read was sent: if the cache was flushed since (as on
-// an ACL change), the proof may be outdated and is dropped.
-func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isField bool, ident Ident) {
-	e := c.find(db, h, key)
+// AddReader records that Redis answered ident's read of k (GET or HGET of
+// a cached key) with a value, so ident may be answered from the cache.
+// epoch is Epoch() when the read was sent: if the cache was flushed since
+// (as on an ACL change), the proof may be outdated and is dropped.
+func (c *Cache) AddReader(epoch uint64, k *Key, ident Ident) {
+	e := c.find(k.db, k.hash, k.name)
 	if e == nil {
 		return
 	}
@@ -504,16 +512,16 @@ func (c *Cache) AddReader(epoch uint64, db int, h uint64, key, field []byte, isF
 		return // replaced or flushed meanwhile; a later read proves it again
 	}
 	old := e.get
-	if isField {
-		old = e.fields[string(field)]
+	if k.isField {
+		old = e.fields[string(k.field)]
 	}
 	if old == nil || old.allows(ident) || len(old.readers) >= maxReaders {
 		return
 	}
 	r := &reply{bytes: old.bytes, readers: append(append(make([]Ident, 0, len(old.readers)+1), old.readers...), ident)}
-	c.upsertLocked(int(e.db), h, key, func(e *entry) {
-		if isField {
-			e.fields = withField(e.fields, string(field), r)
+	c.upsertLocked(int(e.db), k.hash, k.name, func(e *entry) {
+		if k.isField {
+			e.fields = withField(e.fields, string(k.field), r)
 		} else {
 			e.get = r
 		}

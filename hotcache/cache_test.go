@@ -24,18 +24,34 @@ func newTestCache(t testing.TB, capacity int, maxBytes int64) (*Cache, *fakeCloc
 // fill caches reply for GET key (field nil) or HGET key field in db 0.
 func fill(t testing.TB, c *Cache, key, field string, isField bool, reply []byte, expireAt int64) bool {
 	t.Helper()
-	h := HashString(0, key)
-	tk, ok := c.BeginFill(h)
+	k := KeyOf(0, []byte(key))
+	if isField {
+		k = FieldKeyOf(0, []byte(key), []byte(field))
+	}
+	tk, ok := c.BeginFill(&k)
 	if !ok {
 		return false
 	}
-	return c.Fill(tk, FillRequest{DB: 0, Hash: h, Key: []byte(key), Field: []byte(field), IsField: isField,
-		Reply: reply, ValueLen: len(reply), ExpireAt: expireAt, Ident: 1})
+	return c.Fill(tk, FillRequest{Key: k, Reply: reply, ValueLen: len(reply), ExpireAt: expireAt, Ident: 1})
 }
 
 func get(c *Cache, key string, ident Ident, proto int) (string, Status) {
-	b, st := c.Get(0, HashString(0, key), []byte(key), ident, proto)
-	return string(b), st
+	k := KeyOf(0, []byte(key))
+	f := c.Lookup(&k, ident, proto)
+	return string(f.Reply), f.Status
+}
+
+// hget looks up HGET key field in db 0.
+func hget(c *Cache, key, field string, ident Ident, proto int) (string, Status) {
+	k := FieldKeyOf(0, []byte(key), []byte(field))
+	f := c.Lookup(&k, ident, proto)
+	return string(f.Reply), f.Status
+}
+
+// keyOf is KeyOf(0, key) for a string key.
+func keyOf(key string) *Key {
+	k := KeyOf(0, []byte(key))
+	return &k
 }
 
 func TestGetHitMissAndNil(t *testing.T) {
@@ -70,17 +86,18 @@ func TestGetHitMissAndNil(t *testing.T) {
 		}
 	}
 	// Another db is another key.
-	if _, st := c.Get(1, HashString(1, "k"), []byte("k"), 1, 2); st != Miss {
+	k1 := KeyOf(1, []byte("k"))
+	if st := c.Lookup(&k1, 1, 2).Status; st != Miss {
 		t.Errorf("db 1: got %v, want Miss", st)
 	}
 	epoch := c.Epoch()
 	c.Flush()
 	fill(t, c, "k", "", false, []byte("$5\r\nhello\r\n"), 0)
-	c.AddReader(epoch, 0, HashString(0, "k"), []byte("k"), nil, false, 2)
+	c.AddReader(epoch, keyOf("k"), 2)
 	if _, st := get(c, "k", 2, 2); st != Unproven {
 		t.Errorf("proof from before a flush: %v, want Unproven", st)
 	}
-	c.AddReader(c.Epoch(), 0, HashString(0, "k"), []byte("k"), nil, false, 2)
+	c.AddReader(c.Epoch(), keyOf("k"), 2)
 	if got, st := get(c, "k", 2, 2); st != Hit || got != "$5\r\nhello\r\n" {
 		t.Errorf("after AddReader: got %q %v, want hit", got, st)
 	}
@@ -91,21 +108,20 @@ func TestFields(t *testing.T) {
 	fill(t, c, "h", "f1", true, []byte("$1\r\na\r\n"), 0)
 	fill(t, c, "h", "f2", true, nil, 0)
 	fill(t, c, "h", "", false, nil, 0) // GET on the same key is a separate reply
-	h := HashString(0, "h")
 	for _, tt := range []struct {
 		field, want string
 		st          Status
 	}{{"f1", "$1\r\na\r\n", Hit}, {"f2", "_\r\n", Hit}, {"f3", "", Miss}} {
-		got, st := c.HGet(0, h, []byte("h"), []byte(tt.field), 1, 3)
-		if string(got) != tt.want || st != tt.st {
+		got, st := hget(c, "h", tt.field, 1, 3)
+		if got != tt.want || st != tt.st {
 			t.Errorf("HGet %s = %q %v, want %q %v", tt.field, got, st, tt.want, tt.st)
 		}
 	}
 	if s := c.Stats(); s.Replies != 3 {
 		t.Errorf("replies %d, want 3", s.Replies)
 	}
-	c.BeginWrite(0, h, []byte("h"))
-	if _, st := c.HGet(0, h, []byte("h"), []byte("f1"), 1, 3); st != Miss {
+	c.BeginWrite(keyOf("h"))
+	if _, st := hget(c, "h", "f1", 1, 3); st != Miss {
 		t.Errorf("after write: %v, want Miss", st)
 	}
 	if s := c.Stats(); s.Replies != 0 || s.Evicted[ReasonWrite] != 3 {
@@ -140,34 +156,33 @@ func TestTTL(t *testing.T) {
 // TestFillGuard covers every event that must make an in-flight fill be
 // dropped: the stale-fill rule.
 func TestFillGuard(t *testing.T) {
-	key := []byte("k")
-	h := HashString(0, "k")
+	k := keyOf("k")
 	events := []struct {
 		name string
 		do   func(c *Cache)
 	}{
-		{"write began", func(c *Cache) { c.BeginWrite(0, h, key) }},
-		{"write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(0, h, key)) }},
-		{"notification", func(c *Cache) { c.Invalidate(0, Hash(0, []byte("k")), []byte("k"), ReasonNotification) }},
+		{"write began", func(c *Cache) { c.BeginWrite(k) }},
+		{"write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(k)) }},
+		{"notification", func(c *Cache) { c.Invalidate(k, ReasonNotification) }},
 		{"flush", func(c *Cache) { c.Flush() }},
 		{"hold", func(c *Cache) { c.Hold() }},
 		{"hold and release", func(c *Cache) { c.Hold().Release() }},
 	}
 	for _, ev := range events {
 		c, _ := newTestCache(t, 100, 1<<20)
-		tk, ok := c.BeginFill(h)
+		tk, ok := c.BeginFill(k)
 		if !ok {
 			t.Fatalf("%s: BeginFill refused", ev.name)
 		}
 		ev.do(c)
-		if c.Fill(tk, FillRequest{Hash: h, Key: key, Reply: []byte("$1\r\nx\r\n"), ValueLen: 1, Ident: 1}) {
+		if c.Fill(tk, FillRequest{Key: *k, Reply: []byte("$1\r\nx\r\n"), ValueLen: 1, Ident: 1}) {
 			t.Errorf("%s during the fill: Fill kept a stale reply", ev.name)
 		}
 	}
 	// While a write is in flight, BeginFill refuses; after EndWrite it is fine.
 	c, _ := newTestCache(t, 100, 1<<20)
-	s := c.BeginWrite(0, h, key)
-	if _, ok := c.BeginFill(h); ok {
+	s := c.BeginWrite(k)
+	if _, ok := c.BeginFill(k); ok {
 		t.Error("BeginFill during a write: ok, want refused")
 	}
 	c.EndWrite(s)
@@ -266,11 +281,10 @@ func TestSweepCold(t *testing.T) {
 	if _, st := get(c, "k", 1, 2); st != Miss {
 		t.Errorf("cold GET key: %v, want Miss", st)
 	}
-	hh := HashString(0, "h")
-	if _, st := c.HGet(0, hh, []byte("h"), []byte("hot"), 1, 2); st != Hit {
+	if _, st := hget(c, "h", "hot", 1, 2); st != Hit {
 		t.Errorf("hot field: %v, want Hit", st)
 	}
-	if _, st := c.HGet(0, hh, []byte("h"), []byte("cold"), 1, 2); st != Miss {
+	if _, st := hget(c, "h", "cold", 1, 2); st != Miss {
 		t.Errorf("cold field: %v, want Miss", st)
 	}
 	if s := c.Stats(); s.Replies != 1 || s.Evicted[ReasonCold] != 2 {
@@ -282,12 +296,12 @@ func TestGetAllocs(t *testing.T) {
 	c, _ := newTestCache(t, 100, 1<<20)
 	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 5)
 	fill(t, c, "h", "f", true, []byte("$1\r\nx\r\n"), 0)
-	key, hk, f := []byte("k"), []byte("h"), []byte("f")
-	h, hh := HashString(0, "k"), HashString(0, "h")
+	k, hk, other := KeyOf(0, []byte("k")), FieldKeyOf(0, []byte("h"), []byte("f")), KeyOf(0, []byte("other"))
 	if a := testing.AllocsPerRun(1000, func() {
-		c.Get(0, h, key, 1, 2)
-		c.HGet(0, hh, hk, f, 1, 2)
-		c.Get(0, h+1, key, 1, 2)
+		f := c.Lookup(&k, 1, 2)
+		c.Current(&f)
+		c.Lookup(&hk, 1, 2)
+		c.Lookup(&other, 1, 2)
 	}); a != 0 {
 		t.Errorf("lookups allocate %v times, want 0", a)
 	}
@@ -316,8 +330,9 @@ func TestConcurrent(t *testing.T) {
 				default:
 				}
 				for i, k := range keys {
-					b, st := c.Get(0, Hash(0, k), k, 1, 2)
-					if st == Hit && string(b) != fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26) {
+					key := KeyOf(0, k)
+					f := c.Lookup(&key, 1, 2)
+					if f.Status == Hit && string(f.Reply) != fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26) {
 						bad.Add(1)
 					}
 				}
@@ -330,17 +345,16 @@ func TestConcurrent(t *testing.T) {
 			defer writers.Done()
 			for n := 0; n < 3000; n++ {
 				i := (n*7 + w) % len(keys)
-				k := keys[i]
-				h := Hash(0, k)
+				k := KeyOf(0, keys[i])
 				switch n % 5 {
 				case 0, 1:
-					if tk, ok := c.BeginFill(h); ok {
-						c.Fill(tk, FillRequest{Hash: h, Key: k, Reply: []byte(fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26)), ValueLen: 1, Ident: 1})
+					if tk, ok := c.BeginFill(&k); ok {
+						c.Fill(tk, FillRequest{Key: k, Reply: []byte(fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26)), ValueLen: 1, Ident: 1})
 					}
 				case 2:
-					c.EndWrite(c.BeginWrite(0, h, k))
+					c.EndWrite(c.BeginWrite(&k))
 				case 3:
-					c.Invalidate(0, Hash(0, k), k, ReasonNotification)
+					c.Invalidate(&k, ReasonNotification)
 				case 4:
 					if n%50 == 4 {
 						c.Flush()
@@ -369,8 +383,8 @@ func BenchmarkGetHit(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			h := Hash(0, key)
-			if _, st := c.Get(0, h, key, 1, 2); st != Hit {
+			k := KeyOf(0, key)
+			if f := c.Lookup(&k, 1, 2); f.Status != Hit {
 				b.Fatal("miss")
 			}
 		}
@@ -382,7 +396,8 @@ func BenchmarkGetMiss(b *testing.B) {
 	key := []byte("cold:key")
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		c.Get(0, Hash(0, key), key, 1, 2)
+		k := KeyOf(0, key)
+		c.Lookup(&k, 1, 2)
 	}
 }
 
@@ -400,5 +415,41 @@ func TestReasonsAll(t *testing.T) {
 	}
 	if len(seen) != int(numReasons) {
 		t.Errorf("%d labels for %d reasons", len(seen), numReasons)
+	}
+}
+
+// TestCurrent: what Lookup found stays current until the key's entry is
+// replaced or removed or the cache is held, and only then.
+func TestCurrent(t *testing.T) {
+	c, _ := newTestCache(t, 100, 1<<20)
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
+	fill(t, c, "other", "", false, []byte("$1\r\ny\r\n"), 0)
+	k := keyOf("k")
+	for _, ev := range []struct {
+		name    string
+		do      func()
+		current bool
+	}{
+		{"nothing", func() {}, true},
+		{"another key filled", func() { fill(t, c, "third", "", false, []byte("$1\r\nz\r\n"), 0) }, true},
+		{"another key invalidated", func() { c.Invalidate(keyOf("other"), ReasonNotification) }, true},
+		{"a field of the key filled", func() { fill(t, c, "k", "f", true, []byte("$1\r\nz\r\n"), 0) }, false},
+		{"the key invalidated", func() { c.Invalidate(k, ReasonNotification) }, false},
+		{"the key written", func() { c.EndWrite(c.BeginWrite(k)) }, false},
+		{"a flush", func() { c.Flush() }, false},
+		{"a hold", func() { c.Hold() }, false},
+	} {
+		fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
+		f := c.Lookup(k, 1, 2)
+		if f.Status != Hit {
+			t.Fatalf("%s: lookup before: %v, want Hit", ev.name, f.Status)
+		}
+		ev.do()
+		if got := c.Current(&f); got != ev.current {
+			t.Errorf("after %s: Current %v, want %v", ev.name, got, ev.current)
+		}
+	}
+	if miss := c.Lookup(keyOf("absent"), 1, 2); c.Current(&miss) {
+		t.Error("Current of a miss: true, want false")
 	}
 }

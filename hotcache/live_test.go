@@ -84,10 +84,10 @@ func TestSetDenied(t *testing.T) {
 	}
 	// A fill begun before the deny-list changed must not publish a
 	// matching key after it.
-	h := HashString(0, "session:3")
-	tk, _ := c.BeginFill(h)
+	k := keyOf("session:3")
+	tk, _ := c.BeginFill(k)
 	c.SetDenied(func(key []byte) bool { return bytes.HasPrefix(key, []byte("session:")) })
-	if c.Fill(tk, FillRequest{Hash: h, Key: []byte("session:3"), Reply: []byte("$1\r\nx\r\n"), ValueLen: 1, Ident: 1}) {
+	if c.Fill(tk, FillRequest{Key: *k, Reply: []byte("$1\r\nx\r\n"), ValueLen: 1, Ident: 1}) {
 		t.Error("a fill begun before SetDenied published a denied key")
 	}
 	for k, want := range map[string]Status{"session:1": Miss, "session:2": Miss, "user:1": Hit} {
@@ -154,8 +154,7 @@ func TestSetLimitsWhileServing(t *testing.T) {
 				}
 				k := fmt.Sprint("w", w, ":", i%50)
 				fill(t, c, k, "", false, []byte("$1\r\nx\r\n"), 0)
-				h := HashString(0, k)
-				c.Invalidate(0, h, []byte(k), ReasonWrite)
+				c.Invalidate(keyOf(k), ReasonWrite)
 				if _, st := get(c, k, 1, 2); st == Hit {
 					t.Errorf("%s found after its invalidation", k)
 					return

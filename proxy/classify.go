@@ -18,12 +18,6 @@ const (
 	decideInject                  // forward it and loop.inject right behind it
 )
 
-// commandKey is a key a write touches, resolved to its db.
-type commandKey struct {
-	db  int
-	key []byte
-}
-
 // onCommand decides what to do with the complete request the parser holds.
 func (s *session) onCommand(n int) decision {
 	args := s.parser.Args()
@@ -207,7 +201,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 			effect = command.EffectNone // Redis rejects it unexecuted
 		}
 	}
-	var keys []commandKey
+	var keys []hotcache.Key
 	if effect == command.EffectKeys {
 		var ok bool
 		if keys, ok = s.writtenKeys(spec, args, argc); !ok || s.opaqueDBUnknown {
@@ -227,10 +221,10 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 	case s.multi && s.sendMulti && s.txInFlight == 0:
 		// Redis confirmed MULTI and nothing can end it before this
 		// command: it is queued, and runs at EXEC.
-		for _, k := range keys {
-			key := clone(k.key)
-			s.txKeyBytes += int64(cap(key))
-			s.txEffects = append(s.txEffects, txEffect{db: k.db, key: key})
+		for i := range keys {
+			key := keys[i].Clone()
+			s.txKeyBytes += int64(key.Size())
+			s.txEffects = append(s.txEffects, txEffect{key: key})
 		}
 		if h != holdNone {
 			s.txEffects = append(s.txEffects, txEffect{hold: h})
@@ -238,8 +232,8 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 		sl.hold = holdNone
 	default:
 		cache := s.srv.cache
-		for _, k := range keys {
-			s.writes.push(cache.BeginWrite(k.db, hotcache.Hash(k.db, k.key), k.key))
+		for i := range keys {
+			s.writes.push(cache.BeginWrite(&keys[i]))
 			sl.stripes++
 		}
 		if h != holdNone {
@@ -252,8 +246,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 // txEffect is one effect of a command queued in a confirmed transaction,
 // applied when EXEC is sent: a key to evict, or a hold.
 type txEffect struct {
-	db   int
-	key  []byte
+	key  hotcache.Key // its own bytes (Clone)
 	hold hold
 }
 
@@ -267,13 +260,13 @@ func (s *session) clearTxEffects() {
 // EXEC being sent: its slot then holds them until EXEC's reply.
 func (s *session) applyTxEffects(sl *slot) {
 	var h hold
-	var keys []commandKey
+	var keys []hotcache.Key
 	for _, e := range s.txEffects {
 		if e.hold != holdNone {
 			h |= e.hold
 			continue
 		}
-		keys = append(keys, commandKey{db: e.db, key: e.key})
+		keys = append(keys, e.key)
 	}
 	s.clearTxEffects()
 	if s.opaqueSend {
@@ -281,8 +274,8 @@ func (s *session) applyTxEffects(sl *slot) {
 		return
 	}
 	cache := s.srv.cache
-	for _, k := range keys {
-		s.writes.push(cache.BeginWrite(k.db, hotcache.Hash(k.db, k.key), k.key))
+	for i := range keys {
+		s.writes.push(cache.BeginWrite(&keys[i]))
 		sl.stripes++
 	}
 	if h != holdNone {
@@ -297,9 +290,9 @@ func (s *session) applyTxEffects(sl *slot) {
 // are treated like writes from outside Cicada (keys invalidated; notified
 // when they run), and anything broader empties the cache and suspends it
 // for opaqueHold, the time such a write most likely takes to run.
-func (s *session) applyOpaque(keys []commandKey, h hold, rules bool) {
-	for _, k := range keys {
-		s.srv.cache.Invalidate(k.db, hotcache.Hash(k.db, k.key), k.key, hotcache.ReasonWrite)
+func (s *session) applyOpaque(keys []hotcache.Key, h hold, rules bool) {
+	for i := range keys {
+		s.srv.cache.Invalidate(&keys[i], hotcache.ReasonWrite)
 	}
 	if rules {
 		s.srv.ids.rulesChanged()
@@ -311,7 +304,7 @@ func (s *session) applyOpaque(keys []commandKey, h hold, rules bool) {
 
 // writtenKeys resolves the keys a keyed write modifies. ok=false when some
 // key is not known (not captured).
-func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]commandKey, bool) {
+func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]hotcache.Key, bool) {
 	if int64(len(args)) != argc {
 		return nil, false
 	}
@@ -328,10 +321,10 @@ func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]
 			if s.sendMulti && s.txDBSet && int(s.txDB) != s.db {
 				// A queued SELECT may have switched the db by the time
 				// this runs: evict in both.
-				keys = append(keys, commandKey{db: int(s.txDB), key: args[r.Arg]})
+				keys = append(keys, hotcache.KeyOf(int(s.txDB), args[r.Arg]))
 			}
 		}
-		keys = append(keys, commandKey{db: db, key: args[r.Arg]})
+		keys = append(keys, hotcache.KeyOf(db, args[r.Arg]))
 	}
 	s.keysBuf = keys[:0]
 	return keys, true
@@ -340,110 +333,156 @@ func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]
 // onRead handles GET key and HGET key field: a local answer, a pause, or a
 // forward that may fill the cache. ok=false for any other request.
 func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
-	isField := false
+	var k hotcache.Key
 	switch {
 	case argc == 2 && len(args) == 2 && command.EqualFold(args[0], "get") && args[1] != nil:
+		if s.parser.Consumed() {
+			return 0, false // part of it went to Redis already
+		}
+		k = hotcache.KeyOf(s.db, args[1])
 	case argc == 3 && len(args) == 3 && command.EqualFold(args[0], "hget") && args[1] != nil && args[2] != nil:
-		isField = true
+		if s.parser.Consumed() {
+			return 0, false
+		}
+		k = hotcache.FieldKeyOf(s.db, args[1], args[2])
 	default:
 		return 0, false
-	}
-	if s.parser.Consumed() {
-		return 0, false // part of it went to Redis already
 	}
 	srv := s.srv
 	if srv.cache.Off() { // cache-enabled false: a plain proxy, no counting
 		return s.forwardRead(nil), true
 	}
-	key := args[1]
-	var field []byte
-	if isField {
-		field = args[2]
-	}
-	h := hotcache.Hash(s.db, key)
-	dh := h
-	if isField {
-		dh = hotcache.FieldHash(h, field)
-	}
 	if s.pauseCounted {
 		s.pauseCounted = false // counted when it paused; this is the same request parsed again
 	} else {
-		srv.det.Observe(s.loop.idx, dh)
+		srv.det.Observe(s.loop.idx, k.ReadHash())
 	}
-	// In Redis Cluster, only a key of a slot the node answers for
-	// (cluster.Topology); a cached key's slot comes with it.
-	clustered := srv.topo.Enabled()
-	if s.slots.len() > 0 {
-		// Answer it once the replies before it are in, if it is cached and
-		// nothing sent so far rules a local answer out.
-		if !s.sendMulti && !s.opaqueSend && !s.rawRequests {
-			s.checkFresh()
-			_, cslot, st := srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
-			if st == hotcache.Hit && (!clustered || srv.topo.Answerable(cslot, s.readonly)) {
-				s.pauseCounted = true
-				return decidePause, true
-			}
-		}
-		return s.forwardRead(nil), true
-	}
-	if !s.canAnswer() {
-		return s.forwardRead(nil), true
-	}
-	s.checkFresh()
-	reply, cslot, st := srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
-	if st == hotcache.Hit && !s.loop.unappliedAsked {
-		// Ask, then look again: a notification the subscriber applied
-		// between the lookup and the peek would be in neither.
-		s.loop.settled(srv.fences, h)
-		reply, cslot, st = srv.cache.LookupSlot(s.db, h, key, field, isField, s.ident, s.proto)
-	}
-	if clustered && (st == hotcache.Hit || st == hotcache.Unproven) && !srv.topo.Answerable(cslot, s.readonly) {
-		return s.forwardRead(nil), true
-	}
-	switch st {
-	case hotcache.Hit:
-		if r := srv.idleRefresh.Load(); r > 0 && srv.clock.Load()-s.lastForward > r {
-			break // let Redis see this one, or it closes the connection as idle
-		}
-		if !s.loop.settled(srv.fences, h) {
-			// A notification of a write (from outside Cicada, perhaps
-			// acknowledged already) is on its way into the cache.
-			s.loop.stats.unsettled.Add(1)
-			break
-		}
-		s.loop.out = append(s.loop.out, reply...)
+	v, f := s.mayAnswer(&k)
+	switch v {
+	case answerLocal:
+		s.loop.out = append(s.loop.out, f.Reply...)
 		s.loop.stats.hits.Add(1)
 		return decideLocal, true
-	case hotcache.Unproven:
-		return s.forwardRead(&readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,
-			epoch: srv.cache.Epoch()}), true
-	case hotcache.Miss:
-		if !srv.det.IsHot(dh) {
-			break
-		}
-		t, ok := srv.cache.BeginFill(h)
-		// The view is read after the ticket: a view that loses the slot
-		// is published before the epoch moves (keyspace.applyCluster).
-		if !ok || (clustered && !srv.topo.Answerable(cluster.Slot(key), s.readonly)) {
-			break
-		}
-		ri := &readInfo{db: s.db, h: h, key: clone(key), field: clone(field), isField: isField,
-			fill: true, ticket: t, sentAt: srv.cache.Now()}
-		s.forwardRead(ri)
-		s.queue(slot{kind: slotSwallow})
-		s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, key)
-		if isField && srv.settings.Commands().FieldTTL() {
-			// A field expires on its own (Redis 7.4+), and Redis tells
-			// only when its active expiry deletes it: the field's TTL
-			// bounds the entry too.
-			ri.fieldTTL = true
-			s.queue(slot{kind: slotSwallow})
-			s.loop.inject = resp.AppendCommand(s.loop.inject, hpttl, key, fields, one, field)
-		}
-		s.loop.stats.fillsTried.Add(1)
-		return decideInject, true
+	case answerAfterReplies:
+		s.pauseCounted = true
+		return decidePause, true
+	case answerUnsettled:
+		s.loop.stats.unsettled.Add(1)
+	case answerProve:
+		return s.forwardRead(&readInfo{key: k.Clone(), epoch: srv.cache.Epoch()}), true
+	case answerFill:
+		return s.forwardFill(&k), true
 	}
 	return s.forwardRead(nil), true
+}
+
+// answer is mayAnswer's verdict on a GET/HGET.
+type answer uint8
+
+const (
+	answerForward      answer = iota // forward it, nothing to follow
+	answerLocal                      // answer it now with Found.Reply
+	answerAfterReplies               // pause: answerable once the replies before it are in
+	answerUnsettled                  // cached, but a notification for it is unapplied: forward
+	answerProve                      // cached for others: forward, and its reply proves this identity may read it
+	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
+)
+
+// mayAnswer is the one answer to "may this GET/HGET of k be answered from
+// the cache now?", looking k up once. All must hold for a local answer:
+//
+//  1. The connection's state as Redis confirmed it allows one (canAnswer:
+//     Redis accepted the connection, no transaction sent or confirmed, no
+//     CLIENT TRACKING, not subscribed, not opaque, no protocol error). With
+//     replies outstanding only what was sent is known (no MULTI, not
+//     opaque, no protocol error): a cached key then pauses the connection
+//     until they are in, and the request is decided again.
+//  2. The connection's identity is the one Redis gave it (checkFresh), and
+//     the cache holds a reply of k that identity was proven to read (Hit;
+//     Unproven forwards it to prove it).
+//  3. In Redis Cluster, the node answers k's hash slot (Topology.Answerable).
+//  4. Redis would not have closed the connection as idle by now
+//     (idleRefresh: it must see a request now and then).
+//  5. No keyspace notification for k (nor a flush) is in Cicada's socket
+//     unapplied (settled, asked once per batch of requests), and what was
+//     found is still what the cache holds after asking (Cache.Current: a
+//     notification applied between the lookup and the ask would be in
+//     neither).
+//
+// A key that is not cached is filled when the detector says it is hot, a
+// fill ticket is granted, and in Redis Cluster the node answers its slot.
+func (s *session) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
+	srv := s.srv
+	clustered := srv.topo.Enabled()
+	var f hotcache.Found
+	if s.slots.len() > 0 {
+		if s.sendMulti || s.opaqueSend || s.rawRequests {
+			return answerForward, f
+		}
+		s.checkFresh()
+		if f = srv.cache.Lookup(k, s.ident, s.proto); f.Status == hotcache.Hit &&
+			(!clustered || srv.topo.Answerable(f.HashSlot, s.readonly)) {
+			return answerAfterReplies, f
+		}
+		return answerForward, f
+	}
+	if !s.canAnswer() {
+		return answerForward, f
+	}
+	s.checkFresh()
+	f = srv.cache.Lookup(k, s.ident, s.proto)
+	switch f.Status {
+	case hotcache.Hit:
+		switch {
+		case clustered && !srv.topo.Answerable(f.HashSlot, s.readonly):
+		case srv.idleRefresh.Load() > 0 && srv.clock.Load()-s.lastForward > srv.idleRefresh.Load():
+			// Let Redis see this one, or it closes the connection as idle.
+		case !s.loop.settled(srv.fences, k.Hash()):
+			// A notification of a write (from outside Cicada, perhaps
+			// acknowledged already) is on its way into the cache.
+			return answerUnsettled, f
+		case !srv.cache.Current(&f):
+		default:
+			return answerLocal, f
+		}
+	case hotcache.Unproven:
+		if !clustered || srv.topo.Answerable(f.HashSlot, s.readonly) {
+			return answerProve, f
+		}
+	case hotcache.Miss:
+		if srv.det.IsHot(k.ReadHash()) {
+			return answerFill, f
+		}
+	}
+	return answerForward, f
+}
+
+// forwardFill forwards a GET/HGET of hot key k that is not cached, with a
+// PTTL (and, for a field on a server with hash-field expiration, an HPTTL)
+// right behind it, to fill the cache from their replies; a plain forward
+// when no fill can be kept.
+func (s *session) forwardFill(k *hotcache.Key) decision {
+	srv := s.srv
+	t, ok := srv.cache.BeginFill(k)
+	// The view is read after the ticket: a view that loses the slot is
+	// published before the epoch moves (upstream.applyCluster).
+	if !ok || (srv.topo.Enabled() && !srv.topo.Answerable(cluster.Slot(k.Name()), s.readonly)) {
+		return s.forwardRead(nil)
+	}
+	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: srv.cache.Now()}
+	s.forwardRead(ri)
+	s.queue(slot{kind: slotSwallow})
+	s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, k.Name())
+	if k.IsField() && srv.settings.Commands().FieldTTL() {
+		// A field expires on its own (Redis 7.4+), and Redis tells only
+		// when its active expiry deletes it: the field's TTL bounds the
+		// entry too.
+		ri.fieldTTL = true
+		s.queue(slot{kind: slotSwallow})
+		s.loop.inject = resp.AppendCommand(s.loop.inject, hpttl, k.Name(), fields, one, k.Field())
+	}
+	s.loop.stats.fillsTried.Add(1)
+	return decideInject
 }
 
 var (
@@ -524,11 +563,4 @@ func replconfMaySkipReply(args [][]byte, argc int64) bool {
 		}
 	}
 	return false
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append(make([]byte, 0, len(b)), b...)
 }

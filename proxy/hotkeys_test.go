@@ -93,9 +93,9 @@ func hitServer(tb testing.TB, loops int) (*Server, []byte) {
 	}
 	reply := []byte("$64\r\n" + string(bytes.Repeat([]byte("v"), 64)) + "\r\n")
 	s, _ := srv.hitSessionOn(0)
-	h := hotcache.Hash(0, []byte(hitKey))
-	t, ok := cache.BeginFill(h)
-	if !ok || !cache.Fill(t, hotcache.FillRequest{Hash: h, Key: []byte(hitKey), Reply: reply, ValueLen: 64, Ident: s.ident}) {
+	k := hotcache.KeyOf(0, []byte(hitKey))
+	t, ok := cache.BeginFill(&k)
+	if !ok || !cache.Fill(t, hotcache.FillRequest{Key: k, Reply: reply, ValueLen: 64, Ident: s.ident}) {
 		tb.Fatal("fill refused")
 	}
 	return srv, reply

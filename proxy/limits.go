@@ -65,7 +65,7 @@ func (s *session) holding() int64 {
 
 // readInfoSize is what a followed GET/HGET holds while it is in flight.
 func readInfoSize(ri *readInfo) int64 {
-	return readInfoBytes + int64(cap(ri.key)+cap(ri.field))
+	return readInfoBytes + int64(ri.key.Size())
 }
 
 // sumEvery is how many bytes the loop's heavy connections may grow by

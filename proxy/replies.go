@@ -554,7 +554,7 @@ func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
 		return
 	}
 	if !ri.fill {
-		s.srv.cache.AddReader(ri.epoch, ri.db, ri.h, ri.key, ri.field, ri.isField, s.ident)
+		s.srv.cache.AddReader(ri.epoch, &ri.key, s.ident)
 		return
 	}
 	if s.overflow {
@@ -605,7 +605,7 @@ func (s *session) finishFill(fr *resp.Frame) {
 	default:
 		return
 	}
-	if ttl != -2 && ri.isNil && !ri.isField {
+	if ttl != -2 && ri.isNil && !ri.key.IsField() {
 		return // GET said absent, PTTL present: created in between
 	}
 	if ri.fieldTTL {
@@ -653,8 +653,7 @@ func (s *session) finishFieldFill(ri *readInfo, fr *resp.Frame) {
 // fill caches the reply of a fill whose TTLs are known; expireAt is the
 // cache clock's expiry (0: none).
 func (s *session) fill(ri *readInfo, expireAt int64) {
-	req := hotcache.FillRequest{DB: ri.db, Hash: ri.h, Key: ri.key, Field: ri.field, IsField: ri.isField,
-		ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: s.ident}
+	req := hotcache.FillRequest{Key: ri.key, ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: s.ident}
 	if !ri.isNil {
 		req.Reply = ri.reply
 	}

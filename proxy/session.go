@@ -73,15 +73,11 @@ type queuedAct struct {
 // (the key is hot and not cached) or a proof that this identity may read a
 // cached reply.
 type readInfo struct {
-	db      int
-	h       uint64
-	key     []byte
-	field   []byte
-	isField bool
-	fill    bool
-	ticket  hotcache.Ticket
-	epoch   uint64 // cache epoch at send, for a proof of permission
-	sentAt  int64
+	key    hotcache.Key // its own bytes (Clone)
+	fill   bool
+	ticket hotcache.Ticket
+	epoch  uint64 // cache epoch at send, for a proof of permission
+	sentAt int64
 	// fieldTTL: an HPTTL for the field follows the PTTL (a server with
 	// hash-field expiration).
 	fieldTTL bool
@@ -207,7 +203,7 @@ type session struct {
 	multiRewrites []cluster.ExecElem
 	capture       []byte
 	overflow      bool
-	keysBuf       []commandKey
+	keysBuf       []hotcache.Key
 	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
 	pendingFill *readInfo
 

@@ -46,7 +46,7 @@ func TestScanFrame(t *testing.T) {
 		{in: "+OK\n", bad: true},
 		{in: "\r\n", bad: true},
 		{in: "$123456789012345678901234567890123", bad: true},
-		{in: "_\r\n", bad: true},          // RESP3 on a RESP2 connection
+		{in: "_\r\n", bad: true},        // RESP3 on a RESP2 connection
 		{in: "*1\r\n%0\r\n", bad: true}, // ... at any depth
 		// Deep nesting costs nothing (resp.Scanner counts, never recurses).
 		{in: "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", n: -1},

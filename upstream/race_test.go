@@ -165,9 +165,9 @@ func TestNoRedialUnderneath(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitFor(t, "ready", s.Ready)
 
-	hk := hotcache.Hash(0, []byte("k"))
-	tk, ok := cache.BeginFill(hk)
-	if !ok || !cache.Fill(tk, hotcache.FillRequest{DB: 0, Hash: hk, Key: []byte("k"), Reply: []byte("$3\r\nold\r\n"), ValueLen: 3}) {
+	key := hotcache.KeyOf(0, []byte("k"))
+	tk, ok := cache.BeginFill(&key)
+	if !ok || !cache.Fill(tk, hotcache.FillRequest{Key: key, Reply: []byte("$3\r\nold\r\n"), ValueLen: 3}) {
 		t.Fatal("fill refused")
 	}
 	direct := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
@@ -192,7 +192,7 @@ func TestNoRedialUnderneath(t *testing.T) {
 			continue
 		}
 		h, all := s.Unapplied(nil, scratch)
-		_, st := cache.Get(0, hk, []byte("k"), 0, 2)
+		st := cache.Lookup(&key, 0, 2).Status
 		if !all && len(h) == 0 && st == hotcache.Hit {
 			seen++
 			if first.IsZero() {

@@ -146,7 +146,8 @@ func (w *watchedConn) apply(b []byte) {
 		switch {
 		case isKey:
 			w.sub.events.Add(1)
-			w.sub.cache.Invalidate(db, hotcache.Hash(db, key), key, hotcache.ReasonNotification)
+			k := hotcache.KeyOf(db, key)
+			w.sub.cache.Invalidate(&k, hotcache.ReasonNotification)
 		case isFlush:
 			w.sub.flushes.Add(1)
 			w.sub.cache.Flush()

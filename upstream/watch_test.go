@@ -56,9 +56,9 @@ func TestUnapplied(t *testing.T) {
 	}
 
 	// Fill "a" so its eviction shows.
-	h0a := hotcache.Hash(0, []byte("a"))
-	tk, ok := cache.BeginFill(h0a)
-	if !ok || !cache.Fill(tk, hotcache.FillRequest{DB: 0, Hash: h0a, Key: []byte("a"), Reply: []byte("$1\r\n0\r\n"), ValueLen: 1}) {
+	a := hotcache.KeyOf(0, []byte("a"))
+	tk, ok := cache.BeginFill(&a)
+	if !ok || !cache.Fill(tk, hotcache.FillRequest{Key: a, Reply: []byte("$1\r\n0\r\n"), ValueLen: 1}) {
 		t.Fatal("fill of a refused")
 	}
 
@@ -73,7 +73,7 @@ func TestUnapplied(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []uint64{h0a, hotcache.Hash(0, []byte("b")), hotcache.Hash(1, []byte("c"))}
+	want := []uint64{a.Hash(), hotcache.Hash(0, []byte("b")), hotcache.Hash(1, []byte("c"))}
 	slices.Sort(want)
 	var got []uint64
 	var all bool
