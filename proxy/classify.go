@@ -30,7 +30,7 @@ func (s *session) onCommand(n int) decision {
 			return d
 		}
 	}
-	if authenticates(args, argc) && !s.opaqueSend {
+	if authenticates(args, argc) && s.opacity == framed {
 		switch {
 		case s.sendMulti && s.srv.settings.Commands().AuthErrorsDropped():
 			// Queued, a failed AUTH's error goes missing from EXEC's
@@ -59,8 +59,8 @@ func (s *session) onCommand(n int) decision {
 	if spec != nil && spec.Conn == command.ConnQuit {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
-		s.quit = true
-		if !s.opaqueSend {
+		s.input = inputQuit
+		if s.opacity == framed {
 			s.queue(slot{kind: slotReply})
 		}
 		return decideForward
@@ -76,12 +76,12 @@ func (s *session) onCommand(n int) decision {
 		if db, ok := resp.ParseInt(args[1]); ok {
 			sl.act, sl.arg = conn, db
 		}
-		s.opaqueDBUnknown = s.opaqueSend
+		s.opaqueDBUnknown = s.opacity != framed
 	case command.ConnReset:
 		sl.act = conn
 		s.sendMulti, s.txState = false, false
 		s.clearTxEffects()
-		s.opaqueDBUnknown = s.opaqueSend
+		s.opaqueDBUnknown = s.opacity != framed
 	case command.ConnMulti:
 		sl.act = conn
 		s.sendMulti = true
@@ -176,7 +176,7 @@ func (s *session) onCommand(n int) decision {
 	if sl.act == command.ConnExec {
 		s.applyTxEffects(&sl)
 	}
-	if s.opaqueSend {
+	if s.opacity != framed {
 		return decideForward
 	}
 	s.queue(sl)
@@ -216,7 +216,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 		h |= holdFlush
 	}
 	switch {
-	case s.opaqueSend:
+	case s.opacity != framed:
 		s.applyOpaque(keys, h, sl.act == command.ConnAuthRules)
 	case s.multi && s.sendMulti && s.txInFlight == 0:
 		// Redis confirmed MULTI and nothing can end it before this
@@ -269,7 +269,7 @@ func (s *session) applyTxEffects(sl *slot) {
 		keys = append(keys, e.key)
 	}
 	s.clearTxEffects()
-	if s.opaqueSend {
+	if s.opacity != framed {
 		s.applyOpaque(keys, h, false)
 		return
 	}
@@ -416,7 +416,7 @@ func (s *session) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
 	clustered := srv.topo.Enabled()
 	var f hotcache.Found
 	if s.slots.len() > 0 {
-		if s.sendMulti || s.opaqueSend || s.rawRequests {
+		if s.sendMulti || s.opacity != framed {
 			return answerForward, f
 		}
 		s.checkFresh()
@@ -493,7 +493,7 @@ var (
 )
 
 func (s *session) forwardRead(ri *readInfo) decision {
-	if !s.opaqueSend {
+	if s.opacity == framed {
 		s.queue(slot{kind: slotReply, read: ri})
 	}
 	s.loop.stats.misses.Add(1)

@@ -80,7 +80,7 @@ func (s *session) halfClose(c gnet.Conn, err error) bool {
 		return false
 	}
 	in := c.InboundBuffered()
-	pending := in > 0 || s.slots.len() > 0 || s.opaqueSend || (s.up != nil && s.up.OutboundBuffered() > 0)
+	pending := in > 0 || s.slots.len() > 0 || s.opacity != framed || (s.up != nil && s.up.OutboundBuffered() > 0)
 	if !pending {
 		return false
 	}
@@ -131,7 +131,7 @@ func (s *session) halfProgress() {
 	if s.partial != nil { // a request in progress moved out of the buffer
 		rest = s.partial
 	}
-	if len(rest) > 0 && !s.quit && !s.rawRequests {
+	if len(rest) > 0 && s.input == inputOpen {
 		// Redis reads nothing after QUIT or a protocol error.
 		s.lastForward = s.srv.clock.Load()
 		_, _ = s.up.Write(rest)

@@ -150,7 +150,7 @@ const (
 // then the subcommand itself.
 func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 	if int64(len(args)) != argc || (argc >= 2 && args[1] == nil) || s.parser.Consumed() ||
-		s.sendMulti || s.opaqueSend || s.rawRequests || (s.proto == 2 && s.subscribed()) {
+		s.sendMulti || s.opacity != framed || (s.proto == 2 && s.subscribed()) {
 		return 0, false // Consumed: part of it went to Redis already
 	}
 	if s.slots.len() > 0 {

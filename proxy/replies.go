@@ -48,16 +48,16 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 	l.downv = l.downv[:0]
 	fwd := 0 // bytes [fwd, off) go to the client
 	for off < len(buf) {
-		if s.opaqueRecv {
+		if s.opacity == opaque {
 			off = len(buf)
 			break
 		}
 		if !s.framer.InProgress() {
 			s.startFrame(buf[off])
-			if s.opaqueRecv {
+			if s.opacity == opaque {
 				continue
 			}
-			if s.swallowing && off > fwd {
+			if s.reply.withheld() && off > fwd {
 				s.down(buf[fwd:off])
 			}
 		}
@@ -74,28 +74,27 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			s.upInvalid = true
 			// The replies before it are the client's, as if Redis had
 			// closed the connection after them.
-			if off > fwd && !s.swallowing {
+			if off > fwd && !s.reply.withheld() {
 				s.down(buf[fwd:off])
 			}
 			s.flushDown()
 			return off, false
 		}
-		if s.capturing {
+		if s.reply == replyCapture {
 			s.captureBytes(buf[off : off+n])
 		}
-		if s.rewriting != cluster.ReplyNone || s.rewritingExec || s.rewritingError {
+		if s.reply.rewrites() {
 			s.rewriteBuf = append(s.rewriteBuf, buf[off:off+n]...)
 			if s.rewriteGiveUp() {
 				// Pass on what was held and the rest as it comes.
 				s.down(s.rewriteBuf)
 				s.rewriteBuf = nil
-				s.rewriting, s.rewritingExec, s.rewritingError = cluster.ReplyNone, false, false
-				s.swallowing = false
+				s.reply, s.rewriting = replyPass, cluster.ReplyNone
 				fwd = off + n
 			}
 		}
 		off += n
-		if s.swallowing {
+		if s.reply.withheld() {
 			fwd = off
 		}
 		if hr != nil {
@@ -108,22 +107,22 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			break
 		}
 		s.onFrame(s.framer.Frame())
-		switch m := s.srv.cfg.AddrMap; {
-		case s.rewriting != cluster.ReplyNone:
+		switch m := s.srv.cfg.AddrMap; s.reply {
+		case replyRewriteTopology:
 			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))
-			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
-		case s.rewritingExec:
+		case replyRewriteExec:
 			s.down(m.RewriteExec(s.rewriteBuf, s.rewriteExec))
-			s.rewritingExec, s.rewriteBuf = false, nil
-		case s.rewritingError:
+		case replyRewriteError:
 			b, ok := m.RewriteRedirect(s.rewriteBuf)
 			if !ok {
 				b = s.rewriteBuf
 			}
 			s.down(b)
-			s.rewritingError, s.rewriteBuf = false, nil
 		}
-		s.swallowing, s.capturing = false, false
+		if s.reply.rewrites() {
+			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
+		}
+		s.reply = replyPass
 		if hr != nil {
 			s.hkFrameDone(hr, t0)
 		}
@@ -153,7 +152,7 @@ const (
 // maxRewrite.
 func (s *session) rewriteGiveUp() bool {
 	b := s.rewriteBuf
-	if !s.rewritingError {
+	if s.reply != replyRewriteError {
 		return len(b) > maxRewrite
 	}
 	if len(b) > maxRedirect {
@@ -238,25 +237,25 @@ func (s *session) salvage(c gnet.Conn) {
 // whether the reply is swallowed or captured.
 func (s *session) startFrame(first byte) {
 	s.advance()
-	if s.opaqueRecv || s.slots.len() == 0 || first == resp.TypePush {
+	if s.opacity == opaque || s.slots.len() == 0 || first == resp.TypePush {
 		return
 	}
 	head := s.slots.front()
 	s.hkFrame = head.hk
 	switch {
 	case head.kind == slotSwallow:
-		s.swallowing = true
+		s.reply = replySwallow
 	case first == resp.TypeError && s.srv.cfg.AddrMap.Len() > 0:
 		// Read whole even when it arrives in pieces: it may be a redirect.
-		s.swallowing, s.rewritingError, s.rewriteBuf = true, true, nil
+		s.reply, s.rewriteBuf = replyRewriteError, nil
 	case head.rewrite != cluster.ReplyNone:
-		s.swallowing, s.rewriting, s.rewriteBuf = true, head.rewrite, nil
+		s.reply, s.rewriting, s.rewriteBuf = replyRewriteTopology, head.rewrite, nil
 	case head.act == command.ConnExec && len(s.multiRewrites) > 0:
-		s.swallowing, s.rewritingExec, s.rewriteBuf = true, true, nil
+		s.reply, s.rewriteBuf = replyRewriteExec, nil
 		s.rewriteExec = append(s.rewriteExec[:0], s.multiRewrites...)
 	case head.read != nil && head.read.fill:
-		s.capturing = true
-		s.overflow = false
+		s.reply = replyCapture
+		s.captureOverflow = false
 		s.capture = s.capture[:0]
 	}
 }
@@ -268,11 +267,11 @@ const captureSlack = 32
 // captureBytes keeps a copy of a fill reply, up to the largest cacheable
 // size (the cache's, which live configuration can change).
 func (s *session) captureBytes(b []byte) {
-	if s.overflow {
+	if s.captureOverflow {
 		return
 	}
 	if len(s.capture)+len(b) > s.srv.cache.MaxValue()+captureSlack {
-		s.overflow = true
+		s.captureOverflow = true
 		return
 	}
 	s.capture = append(s.capture, b...)
@@ -289,7 +288,7 @@ func (s *session) advance() {
 
 // goOpaque stops following replies on this connection for good.
 func (s *session) goOpaque() {
-	s.opaqueSend, s.opaqueRecv = true, true
+	s.opacity = opaque
 	if s.multi || len(s.multiStripes) > 0 || len(s.multiHolds) > 0 {
 		s.multi = false
 		s.abandonTx()
@@ -557,7 +556,7 @@ func (s *session) readReplied(ri *readInfo, fr *resp.Frame) {
 		s.srv.cache.AddReader(ri.epoch, &ri.key, s.ident)
 		return
 	}
-	if s.overflow {
+	if s.captureOverflow {
 		return
 	}
 	ri.isNil = v.Null

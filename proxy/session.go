@@ -35,6 +35,53 @@ const (
 	holdVerify                  // release through a fence that re-checks notify-keyspace-events (CONFIG SET)
 )
 
+// opacity is whether Cicada still follows a connection's replies. It only
+// moves forward: framed, opaqueAhead, opaque.
+type opacity uint8
+
+const (
+	// framed: every reply is framed and matched to its request.
+	framed opacity = iota
+	// opaqueAhead: a request after which replies cannot be counted was
+	// sent (CLIENT REPLY OFF|SKIP, REPLCONF ACK, MONITOR, SYNC, a protocol
+	// error, a failed AUTH whose error Redis may drop): the requests after
+	// it are not followed (no local answers, no bookkeeping; their writes
+	// are invalidated like writes from outside Cicada), the replies before
+	// it still are.
+	opaqueAhead
+	// opaque: that point was reached: replies pass through unframed, for
+	// the rest of the connection; a transaction in progress is abandoned.
+	opaque
+)
+
+// input is what becomes of what the client sends next.
+type input uint8
+
+const (
+	inputOpen          input = iota // parsed, then answered or forwarded
+	inputQuit                       // QUIT was sent: Redis reads nothing after it; dropped, as Redis does
+	inputProtocolError              // a protocol error was sent: Redis closes; dropped (opacity is not framed)
+)
+
+// replyMode is what happens to the bytes of the reply being framed.
+type replyMode uint8
+
+const (
+	replyPass            replyMode = iota // passed to the client as they arrive
+	replySwallow                          // Cicada's own PTTL or HPTTL: dropped
+	replyCapture                          // passed, and copied for a fill (captureBytes)
+	replyRewriteTopology                  // held whole, its node addresses rewritten (Config.AddrMap)
+	replyRewriteExec                      // EXEC's reply, held whole, its topology elements rewritten
+	replyRewriteError                     // an error, held whole while it may be a -MOVED or -ASK to rewrite
+)
+
+// withheld reports whether the reply's bytes wait in Cicada instead of
+// going to the client as they arrive.
+func (m replyMode) withheld() bool { return m == replySwallow || m.rewrites() }
+
+// rewrites reports whether the reply is held whole in rewriteBuf.
+func (m replyMode) rewrites() bool { return m >= replyRewriteTopology }
+
 // queuedHold is the hold of a command queued in a transaction, kept until
 // EXEC's reply.
 type queuedHold struct {
@@ -155,16 +202,14 @@ type session struct {
 	subs     [3]int64 // channels, patterns, shard channels
 
 	// Send side.
-	sendMulti       bool // MULTI sent, EXEC/DISCARD/RESET not yet sent
-	opaqueSend      bool // an opaque slot is queued: no local answers, no bookkeeping
-	opaqueRecv      bool // the opaque slot was reached: replies pass unframed
-	rawRequests     bool // a protocol error was sent: later client bytes are dropped
-	opaqueAfterExec bool // a (un)subscribe command was queued: EXEC makes the connection opaque
-	multiRules      bool // CONFIG SET or ACL changes queued in MULTI
-	opaqueDBUnknown bool // a SELECT or RESET was sent in opaque mode: the db is not known
-	paused          bool // parsing waits until every reply is in
-	pauseCounted    bool // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
-	quit            bool // QUIT was sent: later bytes are dropped, as Redis does
+	sendMulti       bool    // MULTI sent, EXEC/DISCARD/RESET not yet sent
+	opacity         opacity // whether replies are still followed (opaque mode)
+	input           input   // what becomes of what the client sends next
+	opaqueAfterExec bool    // a (un)subscribe command was queued: EXEC makes the connection opaque
+	multiRules      bool    // CONFIG SET or ACL changes queued in MULTI
+	opaqueDBUnknown bool    // a SELECT or RESET was sent in opaque mode: the db is not known
+	paused          bool    // parsing waits until every reply is in
+	pauseCounted    bool    // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
 
 	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
 	multiStripes []uint32
@@ -187,23 +232,23 @@ type session struct {
 	// so a connection Redis would time out is refreshed (see idleRefresh).
 	lastForward int64
 
-	// Reply side, per frame.
-	swallowing bool
-	capturing  bool
-	// The reply being read is rewritten whole (rewriteBuf) once complete:
-	// a topology reply of kind rewriting, or EXEC's with rewriteExec's
-	// elements (rewritingExec).
-	rewriting      cluster.Reply
-	rewritingExec  bool
-	rewritingError bool // an error reply: -MOVED/-ASK are rewritten
-	rewriteExec    []cluster.ExecElem
-	rewriteBuf     []byte
+	// Reply side, per frame: what is done with the bytes of the reply being
+	// framed (set at its first byte, replyPass again once it is complete).
+	reply replyMode
+	// A rewritten reply is held whole (rewriteBuf) until complete: a
+	// topology reply of kind rewriting (replyRewriteTopology), EXEC's with
+	// rewriteExec's elements (replyRewriteExec), or an error.
+	rewriting   cluster.Reply
+	rewriteExec []cluster.ExecElem
+	rewriteBuf  []byte
 	// multiRewrites are the topology commands queued in the confirmed
 	// transaction, by their index in EXEC's reply.
 	multiRewrites []cluster.ExecElem
 	capture       []byte
-	overflow      bool
-	keysBuf       []hotcache.Key
+	// captureOverflow: the captured reply outgrew what the cache keeps;
+	// read when the reply is complete, reset at the next capture.
+	captureOverflow bool
+	keysBuf         []hotcache.Key
 	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
 	pendingFill *readInfo
 
@@ -260,7 +305,7 @@ type upstreamLink struct{ s *session }
 // sent it a message that is still on its way through Cicada, and a local
 // answer could overtake it.
 func (s *session) canAnswer() bool {
-	return s.accepted && !s.multi && !s.sendMulti && !s.tracking && !s.opaqueSend && !s.rawRequests && !s.subscribed()
+	return s.accepted && !s.multi && !s.sendMulti && !s.tracking && s.opacity == framed && !s.subscribed()
 }
 
 func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }
@@ -340,7 +385,7 @@ func (s *session) processClient() {
 	l.upv = l.upv[:0]
 	l.unappliedAsked = false // these requests were sent before this read: ask again
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
-	if s.rawRequests || s.quit {
+	if s.input != inputOpen {
 		// Redis reads nothing after a protocol error or QUIT.
 		if held {
 			s.partial = nil
@@ -349,7 +394,7 @@ func (s *session) processClient() {
 		}
 		return
 	}
-	for off < len(buf) && !s.paused && !s.quit && !s.rawRequests && !s.closed {
+	for off < len(buf) && !s.paused && s.input == inputOpen && !s.closed {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -412,7 +457,7 @@ func (s *session) processClient() {
 	if off > fwd {
 		l.upv = append(l.upv, buf[fwd:off])
 	}
-	if s.quit {
+	if s.input == inputQuit {
 		off = len(buf) // dropped, as Redis does
 	}
 	s.flushOut()
@@ -480,13 +525,15 @@ func (s *session) flushOut() {
 // Redis replies and closes the connection; Cicada passes the reply on and
 // drops whatever the client sends after the bad request.
 func (s *session) protocolError() {
-	s.rawRequests = true
+	s.input = inputProtocolError
 	s.pushOpaque()
 }
 
 // pushOpaque queues the point after which replies pass unframed.
 func (s *session) pushOpaque() {
-	s.opaqueSend = true
+	if s.opacity == framed {
+		s.opacity = opaqueAhead
+	}
 	s.queue(slot{kind: slotOpaque})
 	s.advance()
 }

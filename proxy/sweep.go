@@ -60,7 +60,7 @@ func (l *loopState) shrinkIdle(now int64) {
 // nothing is in flight: no request unanswered, no command half parsed
 // (streamed), no reply being captured.
 func (s *session) shrink() {
-	if s.closed || s.slots.len() > 0 || s.capturing || s.pendingFill != nil {
+	if s.closed || s.slots.len() > 0 || s.reply == replyCapture || s.pendingFill != nil {
 		return
 	}
 	// keysBuf's storage holds slices of the parser's buffer: a parser
