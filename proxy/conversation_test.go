@@ -1,0 +1,403 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/resp"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// The component tests below drive one session without gnet or sockets on
+// Cicada's side: a step's requests go into the session through its client
+// callback, what it forwards is written to a real redis-server, Redis's
+// replies come back through its upstream callback, and what the client
+// gets is compared byte for byte with what a direct connection to a
+// second redis-server (same commands, same data) gets, and the session's
+// state (db, protocol, transaction, subscriptions, opacity, cache) is
+// checked after each step.
+
+// convStep is one batch of requests the client sends at once, the number
+// of top-level replies (pushes included) Redis sends for it, and the
+// session state it must leave.
+type convStep struct {
+	both    string // first sent to each Redis on a connection of its own (another client), if set
+	send    string
+	replies int
+	check   func(t *testing.T, s *session)
+}
+
+// convHarness is a session over fakes of its two connections, the real
+// Redis it forwards to, and a direct connection to a twin Redis.
+type convHarness struct {
+	s      *session
+	client *fakeConn
+	up     *fakeConn
+	redis  net.Conn // the session's upstream
+	direct net.Conn // the twin, spoken to directly
+	dr     *bufio.Reader
+	others [2]net.Conn // another client of each Redis
+	ors    [2]*bufio.Reader
+}
+
+// newConvHarness starts the two redis-servers and a session whose keys
+// become hot at their first read (threshold 1).
+func newConvHarness(t *testing.T, addrMap string) *convHarness {
+	t.Helper()
+	viaR, directR := redistest.Start(t), redistest.Start(t)
+	cache, err := hotcache.New(hotcache.Config{Capacity: 64, MaxBytes: 1 << 20, MaxValue: 1024, StrictHolds: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	det, err := detector.New(detector.Config{Threshold: 1, Loops: 1}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Listen: "127.0.0.1:0", Upstream: viaR.Addr, Loops: 1}
+	if addrMap != "" {
+		m, err := cluster.ParseAddrMap([]string{addrMap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.AddrMap = m
+	}
+	srv, err := New(cfg, cache, det, quietFencer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &convHarness{client: &fakeConn{}, up: &fakeConn{}}
+	h.s = &session{srv: srv, loop: srv.loopFor(fakeLoop{}), client: h.client, up: h.up,
+		parser: resp.NewRequestParser(), proto: 2}
+	h.s.setFresh()
+	dial := func(addr string) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	h.redis, h.direct = dial(viaR.Addr), dial(directR.Addr)
+	h.dr = bufio.NewReader(h.direct)
+	for i, addr := range []string{viaR.Addr, directR.Addr} {
+		h.others[i] = dial(addr)
+		h.ors[i] = bufio.NewReader(h.others[i])
+	}
+	t.Cleanup(func() {
+		h.s.release()
+		if n := cache.Holds(); n != 0 {
+			t.Errorf("cache holds after the session was released: got %d, want 0", n)
+		}
+	})
+	return h
+}
+
+// directReplies sends b to the twin and reads n replies.
+func (h *convHarness) directReplies(t *testing.T, b string, n int) []byte {
+	t.Helper()
+	if _, err := h.direct.Write([]byte(b)); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.direct.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var out []byte
+	for range n {
+		r, err := redistest.ReadReply(h.dr)
+		if err != nil {
+			t.Fatalf("direct reply to %q: %v (after %q)", b, err, out)
+		}
+		out = append(out, r...)
+	}
+	return out
+}
+
+// viaSession sends b through the session and relays between it and its
+// Redis until the client has n complete replies.
+func (h *convHarness) viaSession(t *testing.T, b string, n int) []byte {
+	t.Helper()
+	h.client.in = append(h.client.in, b...)
+	h.client.out = h.client.out[:0]
+	h.s.onClientTraffic()
+	buf := make([]byte, 64<<10)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if len(h.up.out) > 0 {
+			if _, err := h.redis.Write(h.up.out); err != nil {
+				t.Fatal(err)
+			}
+			h.up.out = h.up.out[:0]
+		}
+		if countReplies(h.client.out) >= n && h.s.slots.len() == 0 {
+			return h.client.out
+		}
+		_ = h.redis.SetReadDeadline(deadline)
+		m, err := h.redis.Read(buf)
+		if err != nil {
+			t.Fatalf("through the session, %q: %v; the client got %q", b, err, h.client.out)
+		}
+		h.up.in = append(h.up.in, buf[:m]...)
+		h.s.onUpstreamTraffic()
+	}
+}
+
+// countReplies counts the complete top-level values in b.
+func countReplies(b []byte) int {
+	sc := resp.NewScanner(b)
+	n := 0
+	for sc.Skip(1) == resp.ScanOK {
+		n++
+	}
+	return n
+}
+
+// run plays steps through the session and directly, comparing replies.
+func (h *convHarness) run(t *testing.T, steps []convStep) {
+	t.Helper()
+	for i, st := range steps {
+		if st.both != "" {
+			for j, c := range h.others {
+				if _, err := c.Write([]byte(st.both)); err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := redistest.ReadReply(h.ors[j]); err != nil {
+					t.Fatalf("step %d: %q from another client: %v", i, st.both, err)
+				}
+			}
+		}
+		want := h.directReplies(t, st.send, st.replies)
+		got := h.viaSession(t, st.send, st.replies)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("step %d %q: got %q, want %q (Redis's)", i, st.send, got, want)
+		}
+		if st.check != nil {
+			st.check(t, h.s)
+		}
+	}
+}
+
+// cmds encodes each space-separated command as a RESP array, in order.
+func cmds(lines ...string) string {
+	var b []byte
+	for _, l := range lines {
+		var args [][]byte
+		for _, a := range strings.Fields(l) {
+			args = append(args, []byte(a))
+		}
+		b = resp.AppendCommand(b, args...)
+	}
+	return string(b)
+}
+
+func TestConversations(t *testing.T) {
+	db := func(want int) func(*testing.T, *session) {
+		return func(t *testing.T, s *session) {
+			t.Helper()
+			if s.db != want {
+				t.Errorf("db: got %d, want %d", s.db, want)
+			}
+		}
+	}
+	cases := []struct {
+		name    string
+		addrMap string
+		steps   []convStep
+	}{
+		{name: "select", steps: []convStep{
+			{send: cmds("SELECT 3", "SET k v", "GET k"), replies: 3, check: db(3)},
+			{send: cmds("SELECT 99"), replies: 1, check: db(3)}, // refused: unchanged
+			{send: cmds("SELECT x"), replies: 1, check: db(3)},
+		}},
+		{name: "multi exec", steps: []convStep{
+			{send: cmds("MULTI", "SET a 1", "SELECT 2", "GET a"), replies: 4, check: func(t *testing.T, s *session) {
+				if !s.multi || !s.sendMulti || s.txQueued != 3 || len(s.multiActs) != 1 || s.db != 0 {
+					t.Errorf("in MULTI: multi %v sent %v queued %d acts %d db %d, want true true 3 1 0",
+						s.multi, s.sendMulti, s.txQueued, len(s.multiActs), s.db)
+				}
+			}},
+			{send: cmds("EXEC"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.multi || s.sendMulti || s.txQueued != 0 || len(s.multiActs) != 0 || s.db != 2 {
+					t.Errorf("after EXEC: multi %v sent %v queued %d acts %d db %d, want false false 0 0 2",
+						s.multi, s.sendMulti, s.txQueued, len(s.multiActs), s.db)
+				}
+			}},
+		}},
+		{name: "multi pipelined with exec", steps: []convStep{
+			{send: cmds("MULTI", "SELECT 4", "INCR n", "EXEC", "GET n"), replies: 5, check: db(4)},
+		}},
+		{name: "discard", steps: []convStep{
+			{send: cmds("MULTI", "SELECT 5", "DISCARD", "PING"), replies: 4, check: func(t *testing.T, s *session) {
+				if s.multi || s.db != 0 || len(s.multiStripes) != 0 {
+					t.Errorf("after DISCARD: multi %v db %d stripes %d, want false 0 0", s.multi, s.db, len(s.multiStripes))
+				}
+			}},
+		}},
+		{name: "exec error", steps: []convStep{
+			{send: cmds("MULTI", "SELECT 6", "NOSUCHCOMMAND", "EXEC"), replies: 4, check: db(0)},
+		}},
+		{name: "subscriptions", steps: []convStep{
+			{send: cmds("SUBSCRIBE a b", "PSUBSCRIBE p*"), replies: 3, check: func(t *testing.T, s *session) {
+				if s.subs != [3]int64{2, 1, 0} {
+					t.Errorf("subscriptions: got %v, want [2 1 0]", s.subs)
+				}
+			}},
+			{send: cmds("UNSUBSCRIBE", "PUNSUBSCRIBE"), replies: 3, check: func(t *testing.T, s *session) {
+				if s.subscribed() {
+					t.Errorf("after unsubscribing from all: %v, want none", s.subs)
+				}
+			}},
+		}},
+		{name: "resp3 subscriptions", steps: []convStep{
+			{send: cmds("HELLO 3"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.proto != 3 {
+					t.Errorf("proto: got %d, want 3", s.proto)
+				}
+			}},
+			{send: cmds("SSUBSCRIBE s1", "GET k"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.subs != [3]int64{0, 0, 1} || s.canAnswer() {
+					t.Errorf("shard subscription: %v canAnswer %v, want [0 0 1] false", s.subs, s.canAnswer())
+				}
+			}},
+		}},
+		{name: "reset", steps: []convStep{
+			{send: cmds("HELLO 3", "SELECT 7", "CLIENT TRACKING on", "MULTI"), replies: 4},
+			{send: cmds("RESET"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.db != 0 || s.proto != 2 || s.multi || s.tracking || s.sendMulti {
+					t.Errorf("after RESET: db %d proto %d multi %v tracking %v sent %v, want 0 2 false false false",
+						s.db, s.proto, s.multi, s.tracking, s.sendMulti)
+				}
+			}},
+		}},
+		{name: "tracking", steps: []convStep{
+			{send: cmds("CLIENT TRACKING on"), replies: 1, check: func(t *testing.T, s *session) {
+				if !s.tracking || s.canAnswer() {
+					t.Errorf("tracking %v canAnswer %v, want true false", s.tracking, s.canAnswer())
+				}
+			}},
+			{send: cmds("CLIENT TRACKING off"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.tracking {
+					t.Error("tracking after OFF: true")
+				}
+			}},
+		}},
+		{name: "client reply skip goes opaque", steps: []convStep{
+			{send: cmds("SET k 1", "CLIENT REPLY SKIP", "INCR k", "GET k"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.opacity != opaque || s.slots.len() != 0 {
+					t.Errorf("after CLIENT REPLY SKIP: opacity %d slots %d, want opaque, 0", s.opacity, s.slots.len())
+				}
+			}},
+			{send: cmds("GET k", "SET k 3", "GET k"), replies: 3},
+		}},
+		{name: "protocol error", steps: []convStep{
+			{send: cmds("PING") + "*1\r\n$x\r\n" + cmds("PING"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.input != inputProtocolError || s.opacity == framed {
+					t.Errorf("after a protocol error: input %d opacity %d, want protocol error, not framed", s.input, s.opacity)
+				}
+			}},
+		}},
+		{name: "auth and hello", steps: []convStep{
+			{send: cmds("AUTH nobody pw"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.user != "" || s.freshGen == 0 {
+					t.Errorf("after a refused AUTH: user %q fresh gen %d, want none and the initial identity", s.user, s.freshGen)
+				}
+			}},
+			// The default user has nopass: any password is accepted.
+			{send: cmds("HELLO 3 AUTH default any", "HELLO 2"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.proto != 2 || s.user != "default" || s.freshGen != 0 {
+					t.Errorf("after HELLO AUTH: proto %d user %q fresh gen %d, want 2 default 0", s.proto, s.user, s.freshGen)
+				}
+			}},
+			{send: cmds("HELLO 3 AUTH default nopass"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.proto != 3 || s.user != "default" {
+					t.Errorf("after HELLO 3 AUTH: proto %d user %q, want 3 default", s.proto, s.user)
+				}
+			}},
+		}},
+		{name: "hot key filled then answered", steps: []convStep{
+			{send: cmds("SET hot v"), replies: 1},
+			{send: cmds("GET hot"), replies: 1, check: func(t *testing.T, s *session) {
+				if got := s.loop.stats.fills.Load(); got != 1 {
+					t.Errorf("fills after the first GET of a hot key: got %d, want 1", got)
+				}
+			}},
+			{send: cmds("GET hot", "GET hot"), replies: 2, check: func(t *testing.T, s *session) {
+				if got := s.loop.stats.hits.Load(); got != 2 {
+					t.Errorf("hits: got %d, want 2", got)
+				}
+			}},
+			{send: cmds("SET hot w", "GET hot"), replies: 2, check: func(t *testing.T, s *session) {
+				if got := s.loop.stats.hits.Load(); got != 2 {
+					t.Errorf("hits after the write: got %d, want still 2", got)
+				}
+			}},
+		}},
+		{name: "hash field filled then answered", steps: []convStep{
+			{send: cmds("HSET h f v"), replies: 1},
+			{send: cmds("HGET h f", "HGET h f"), replies: 2},
+			{send: cmds("HGET h f", "HGET h g"), replies: 2, check: func(t *testing.T, s *session) {
+				if got := s.loop.stats.hits.Load(); got == 0 {
+					t.Error("no HGET answered from the cache")
+				}
+			}},
+		}},
+		{name: "script and flush hold the cache until their reply", steps: []convStep{
+			{send: cmds("SET s 1", "GET s", "GET s"), replies: 3},
+			{send: cmds("EVAL return 1 0", "FLUSHALL", "GET s"), replies: 3, check: func(t *testing.T, s *session) {
+				if n := s.srv.cache.Holds(); n != 0 {
+					t.Errorf("holds after their replies: got %d, want 0", n)
+				}
+			}},
+		}},
+		{name: "error rewrite passes a non-redirect", addrMap: ":1=:2", steps: []convStep{
+			{send: cmds("CLUSTER SLOTS", "NOSUCH"), replies: 2},
+		}},
+		{name: "messages while subscribed", steps: []convStep{
+			{send: cmds("SUBSCRIBE ch"), replies: 1},
+			{both: cmds("PUBLISH ch hello"), send: cmds("PING"), replies: 2},
+			{send: cmds("UNSUBSCRIBE ch", "GET k"), replies: 2},
+		}},
+		{name: "subscribe in a transaction goes opaque", steps: []convStep{
+			{send: cmds("MULTI", "SUBSCRIBE x", "EXEC"), replies: 3, check: func(t *testing.T, s *session) {
+				if s.opacity != opaque || s.multi {
+					t.Errorf("after EXEC of a SUBSCRIBE: opacity %d multi %v, want opaque false", s.opacity, s.multi)
+				}
+			}},
+			{both: cmds("PUBLISH x m"), send: cmds("PING"), replies: 2},
+		}},
+		{name: "watch aborted", steps: []convStep{
+			{send: cmds("WATCH w", "MULTI", "SELECT 8", "SET w 2"), replies: 4},
+			{both: cmds("SET w 1"), send: cmds("EXEC", "GET w"), replies: 2, check: db(0)},
+		}},
+		{name: "nested multi and execabort", steps: []convStep{
+			{send: cmds("MULTI", "MULTI", "SELECT 9", "GET"), replies: 4},
+			{send: cmds("EXEC", "PING"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.multi || s.db != 0 {
+					t.Errorf("after EXECABORT: multi %v db %d, want false 0", s.multi, s.db)
+				}
+			}},
+		}},
+		{name: "config set verifies the notification classes", steps: []convStep{
+			{send: cmds("SET c 1", "GET c", "GET c"), replies: 3},
+			{send: cmds("CONFIG SET maxmemory-policy noeviction", "GET c"), replies: 2},
+		}},
+		{name: "quit", steps: []convStep{
+			{send: cmds("QUIT", "PING"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.input != inputQuit {
+					t.Errorf("input after QUIT: got %d, want inputQuit", s.input)
+				}
+			}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newConvHarness(t, c.addrMap)
+			h.run(t, c.steps)
+		})
+	}
+}
+
