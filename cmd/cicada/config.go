@@ -13,8 +13,10 @@ package main
 // every error is one line naming the setting and the layer its value came
 // from, sizes accept redis.conf units in every layer, and no layer can make
 // a setting silently take a surprising value. The settings table below is
-// the one declaration of each setting: its default, flag, usage, whether it
-// is live (live.go) and, for a number, its bound.
+// the one declaration of each setting: its Config field (decoding,
+// Redacted and live changes go through it), default, flag, usage, whether
+// it is live (live.go) and, for a number, its bound; flags, environment,
+// file, --help, --check-config and POST /config all come from it.
 
 import (
 	"encoding/json"
@@ -74,98 +76,99 @@ const (
 
 // Config is Cicada's whole configuration after merging. Load returns it
 // validated; it is not modified afterwards, so it may be shared read-only.
+// Each field's default, range and flag usage, and whether it is live, are
+// declared once, in settings; the comments here say what it means.
 type Config struct {
-	// Listen is the RESP listen address (host:port). Default ":6380".
-	Listen string `koanf:"listen"`
-	// Upstream is the Redis address (host:port). Default "127.0.0.1:6379".
-	Upstream string `koanf:"upstream"`
+	// Listen is the RESP listen address (host:port).
+	Listen string
+	// Upstream is the Redis address (host:port).
+	Upstream string
 	// Admin is the HTTP listen address for /metrics, /healthz and /readyz,
-	// the pages Prometheus and the kubelet read, and nothing else.
-	// Default ":9121" (every interface).
-	Admin string `koanf:"admin"`
+	// the pages Prometheus and the kubelet read, and nothing else. On every
+	// interface by default.
+	Admin string
 	// LocalAdmin is the HTTP listen address for the pages that reveal key
 	// names, cost CPU or change settings: /debug/pprof/, /debug/hotkeys
-	// and /config. Default "127.0.0.1:9122" (loopback); "" turns it off.
+	// and /config. Loopback by default; "" turns it off.
 	// A host that is not loopback is logged as a warning at start.
-	LocalAdmin string `koanf:"local-admin"`
+	LocalAdmin string
 	// HotThreshold is the rate, in operations per second on one key over the
-	// 1-s window, at which that key is hot. Default 1000; 1 to 4294967295.
-	HotThreshold uint32 `koanf:"hot-threshold"`
+	// 1-s window, at which that key is hot.
+	HotThreshold uint32
 	// Loops is the number of event loops, 1 to 256. A configured 0 (the
 	// default) means runtime.GOMAXPROCS(0), capped at 256; Load resolves it,
 	// so a loaded Config always has Loops >= 1. run then raises GOMAXPROCS
 	// to at least Loops+1 (reserveP).
-	Loops int `koanf:"loops"`
+	Loops int
 	// CacheMaxValue is the largest reply value, in bytes, that may be
-	// cached; larger ones never are. Default 65536 (64 KiB); 0 disables the
-	// cache.
-	CacheMaxValue int `koanf:"cache-max-value"`
-	// CacheCapacity is the maximum number of cached replies. Default 10000;
-	// must be >= 1 unless the cache is disabled.
-	CacheCapacity int `koanf:"cache-capacity"`
-	// CacheMaxBytes is the most bytes the cache holds. Default 67108864
-	// (64 MiB); must be >= 1 unless the cache is disabled.
-	CacheMaxBytes int64 `koanf:"cache-max-bytes"`
+	// cached; larger ones never are. 0 disables the cache.
+	CacheMaxValue int
+	// CacheCapacity is the maximum number of cached replies. At least 1
+	// unless the cache is disabled.
+	CacheCapacity int
+	// CacheMaxBytes is the most bytes the cache holds. At least 1
+	// unless the cache is disabled.
+	CacheMaxBytes int64
 	// CacheEnabled turns caching on or off (off: every request is
-	// forwarded). Default true. Live: changes without a restart.
-	CacheEnabled bool `koanf:"cache-enabled"`
+	// forwarded). Live: changes without a restart.
+	CacheEnabled bool
 	// CacheDeny are glob patterns (gobwas/glob syntax: * ? [abc] [!abc]
 	// {a,b}; * matches any characters) of keys never cached, in any db.
 	// From YAML a list, from the environment or the flag a comma-separated
-	// string. Default none. Live.
-	CacheDeny []string `koanf:"cache-deny"`
+	// string. Live.
+	CacheDeny []string
 	// ClusterAddressMap are "from=to" entries (cluster.ParseAddrMap:
 	// "host:port=host:port", or ":port=:port" for any host) rewriting the
 	// node addresses Redis Cluster announces into the sidecars'. From YAML
-	// a list, from the environment or the flag comma-separated. Default
-	// none: Redis announces the sidecars itself (cluster-announce-port).
-	ClusterAddressMap []string `koanf:"cluster-address-map"`
+	// a list, from the environment or the flag comma-separated; none is
+	// needed when Redis announces the sidecars itself
+	// (cluster-announce-port).
+	ClusterAddressMap []string
 	// UpstreamUser is the ACL user of Cicada's own control and notification
 	// connections; "" (the default) means Redis's default user.
-	UpstreamUser string `koanf:"upstream-user"`
+	UpstreamUser string
 	// UpstreamPassword is UpstreamUser's password. It comes from the YAML
 	// file, CICADA_UPSTREAM_PASSWORD, or (after Load) the content of
 	// UpstreamPasswordFile; there is no flag, since flags show in ps. Never
 	// log it: use Redacted or String.
-	UpstreamPassword string `koanf:"upstream-password"`
+	UpstreamPassword string
 	// UpstreamPasswordFile names a file whose content, trailing newlines
 	// trimmed, is the password. Load reads it into UpstreamPassword. Setting
 	// both it and upstream-password is an error.
-	UpstreamPasswordFile string `koanf:"upstream-password-file"`
+	UpstreamPasswordFile string
 	// ConfigureNotifications makes Cicada merge the keyspace-event classes
-	// it needs into Redis's notify-keyspace-events at start. Default true.
-	ConfigureNotifications bool `koanf:"configure-notifications"`
-	// DialTimeout bounds each upstream dial. Default 2s; must be > 0.
-	DialTimeout time.Duration `koanf:"dial-timeout"`
-	// ShutdownTimeout is how long in-flight replies may take after SIGTERM.
-	// Default 10s; 0 means close at once.
-	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
+	// it needs into Redis's notify-keyspace-events at start.
+	ConfigureNotifications bool
+	// DialTimeout bounds each upstream dial. Above 0.
+	DialTimeout time.Duration
+	// ShutdownTimeout is how long in-flight replies may take after SIGTERM;
+	// 0 means close at once.
+	ShutdownTimeout time.Duration
 	// CommandstatsInterval is how often Cicada reads Redis's INFO
 	// commandstats to see changes Redis sends no notification of (ACL and
 	// requirepass changes, SWAPDB, DEBUG, REPLICAOF made on Redis
-	// directly): the longest one can go unseen. Default 100ms; must be
-	// between 10ms and 1m.
-	CommandstatsInterval time.Duration `koanf:"commandstats-interval"`
+	// directly): the longest one can go unseen.
+	CommandstatsInterval time.Duration
 	// ClientQueryBufferLimit is how many bytes a client's requests may hold
 	// in Cicada until Redis answers them (unparsed, waiting to be sent to
 	// Redis, and the bookkeeping of those in flight) before Cicada closes
-	// it, like Redis's client-query-buffer-limit. Default 1073741824
-	// (1 GiB); must be at least 1mb (1048576), Redis's minimum.
-	ClientQueryBufferLimit int64 `koanf:"client-query-buffer-limit"`
+	// it, like Redis's client-query-buffer-limit. At least 1mb
+	// (1048576), Redis's minimum.
+	ClientQueryBufferLimit int64
 	// MaxClients is how many client connections may be open at once, like
-	// Redis's maxclients. Default 10000; lowered at start to what the
+	// Redis's maxclients. Lowered at start to what the
 	// open-file limit allows (proxy.MaxClientsFor), as Redis
 	// does.
-	MaxClients int `koanf:"maxclients"`
+	MaxClients int
 	// MaxClientMemory bounds the bytes Cicada holds for all clients
 	// (replies they have not read, requests Redis has not answered), like Redis 7's
-	// maxmemory-clients: over it, the clients holding the most are closed.
-	// Default 1073741824 (1 GiB); 0 means no bound.
-	MaxClientMemory int64 `koanf:"max-client-memory"`
-	// LogLevel is debug, info (default), warn or error.
-	LogLevel string `koanf:"log-level"`
-	// LogFormat is json (default) or console.
-	LogFormat string `koanf:"log-format"`
+	// maxmemory-clients: over it, the clients holding the most are closed;
+	// 0 means no bound.
+	MaxClientMemory int64
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// LogFormat is json or console.
+	LogFormat string
 
 	// passwordFromFile is set by Load when it has read UpstreamPassword from
 	// UpstreamPasswordFile, so that Validate does not see two sources.
@@ -182,10 +185,18 @@ type byteSize int64
 // setting is one configuration key: its default, its flag's usage, whether
 // it is live, and for a number the values it accepts.
 type setting struct {
-	key    string
+	key string
+	// field points into a Config at the setting's field: *string, *bool,
+	// *int, *uint32, *int64 (sizes), *time.Duration or *[]string. Decoding,
+	// Redacted and live changes all go through it.
+	field func(c *Config) any
+	// decode converts the merged value when the field's type alone does
+	// not say how (glob patterns, address-map entries, a lower-cased
+	// word); nil: by type.
+	decode func(d *decoder, key string) any
 	def    any // string, bool, int, uint32, byteSize, time.Duration or []string
 	usage  string
-	noFlag bool // secrets: only from the file or the environment
+	noFlag bool // secrets: only from the file or the environment; "***" in Redacted
 	// live settings change without a restart (live.go: a --config file
 	// edit or POST /config); --help marks them "(live)".
 	live bool
@@ -209,40 +220,40 @@ type bound struct {
 // settings lists every key in Config order. It is the defaults layer, the
 // flag set, and the list of keys accepted from the file and the environment.
 var settings = []setting{
-	{key: "listen", def: ":6380", usage: "RESP listen address (host:port)"},
-	{key: "upstream", def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
-	{key: "admin", def: ":9121", usage: "HTTP address of /metrics, /healthz and /readyz (host:port)"},
-	{key: "local-admin", def: "127.0.0.1:9122", usage: `HTTP address of /debug/pprof/, /debug/hotkeys and /config (host:port, keep it on loopback; "" = off)`},
-	{key: "hot-threshold", def: uint32(1000), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
+	{key: "listen", field: func(c *Config) any { return &c.Listen }, def: ":6380", usage: "RESP listen address (host:port)"},
+	{key: "upstream", field: func(c *Config) any { return &c.Upstream }, def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
+	{key: "admin", field: func(c *Config) any { return &c.Admin }, def: ":9121", usage: "HTTP address of /metrics, /healthz and /readyz (host:port)"},
+	{key: "local-admin", field: func(c *Config) any { return &c.LocalAdmin }, def: "127.0.0.1:9122", usage: `HTTP address of /debug/pprof/, /debug/hotkeys and /config (host:port, keep it on loopback; "" = off)`},
+	{key: "hot-threshold", field: func(c *Config) any { return &c.HotThreshold }, def: uint32(1000), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
 		usage: "ops/s on one key (1-s window) at which the key is hot, >= 1"},
-	{key: "loops", def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = GOMAXPROCS"},
+	{key: "loops", field: func(c *Config) any { return &c.Loops }, def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = GOMAXPROCS"},
 		usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},
-	{key: "cache-max-value", def: byteSize(64 << 10), live: true, bound: &bound{lo: 0, hi: math.MaxInt},
+	{key: "cache-max-value", field: func(c *Config) any { return &c.CacheMaxValue }, def: byteSize(64 << 10), live: true, bound: &bound{lo: 0, hi: math.MaxInt},
 		usage: "replies with a larger value are not cached; 0 disables the cache"},
-	{key: "cache-capacity", def: 10000, live: true, bound: &bound{lo: 1, hi: maxCacheCapacity, offZero: true},
+	{key: "cache-capacity", field: func(c *Config) any { return &c.CacheCapacity }, def: 10000, live: true, bound: &bound{lo: 1, hi: maxCacheCapacity, offZero: true},
 		usage: "maximum number of cached replies"},
-	{key: "cache-max-bytes", def: byteSize(64 << 20), live: true, bound: &bound{lo: 1, hi: math.MaxInt64, offZero: true},
+	{key: "cache-max-bytes", field: func(c *Config) any { return &c.CacheMaxBytes }, def: byteSize(64 << 20), live: true, bound: &bound{lo: 1, hi: math.MaxInt64, offZero: true},
 		usage: "maximum bytes held by the cache"},
-	{key: "cache-enabled", def: true, live: true, usage: "cache hot keys; false forwards every request and counts no key"},
-	{key: "cache-deny", def: []string{}, live: true, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*'"},
-	{key: "cluster-address-map", def: []string{}, usage: "Redis Cluster: comma-separated redisHost:port=sidecarHost:port (or :6379=:6380 for any host) rewriting node addresses in CLUSTER SLOTS/SHARDS/NODES and -MOVED/-ASK; not needed when Redis sets cluster-announce-port"},
-	{key: "upstream-user", def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
-	{key: "upstream-password", def: "", noFlag: true},
-	{key: "upstream-password-file", def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
-	{key: "configure-notifications", def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
-	{key: "dial-timeout", def: 2 * time.Second, bound: &bound{lo: 1, hi: math.MaxInt64}, usage: "upstream dial timeout, > 0"},
-	{key: "shutdown-timeout", def: 10 * time.Second, bound: &bound{lo: 0, hi: math.MaxInt64},
+	{key: "cache-enabled", field: func(c *Config) any { return &c.CacheEnabled }, def: true, live: true, usage: "cache hot keys; false forwards every request and counts no key"},
+	{key: "cache-deny", field: func(c *Config) any { return &c.CacheDeny }, decode: (*decoder).patterns, def: []string{}, live: true, usage: "comma-separated glob patterns of keys never cached, e.g. 'session:*,token:*'"},
+	{key: "cluster-address-map", field: func(c *Config) any { return &c.ClusterAddressMap }, decode: (*decoder).addrMap, def: []string{}, usage: "Redis Cluster: comma-separated redisHost:port=sidecarHost:port (or :6379=:6380 for any host) rewriting node addresses in CLUSTER SLOTS/SHARDS/NODES and -MOVED/-ASK; not needed when Redis sets cluster-announce-port"},
+	{key: "upstream-user", field: func(c *Config) any { return &c.UpstreamUser }, def: "", usage: `ACL user for Cicada's own Redis connections ("" = default user)`},
+	{key: "upstream-password", field: func(c *Config) any { return &c.UpstreamPassword }, def: "", noFlag: true},
+	{key: "upstream-password-file", field: func(c *Config) any { return &c.UpstreamPasswordFile }, def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
+	{key: "configure-notifications", field: func(c *Config) any { return &c.ConfigureNotifications }, def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
+	{key: "dial-timeout", field: func(c *Config) any { return &c.DialTimeout }, def: 2 * time.Second, bound: &bound{lo: 1, hi: math.MaxInt64}, usage: "upstream dial timeout, > 0"},
+	{key: "shutdown-timeout", field: func(c *Config) any { return &c.ShutdownTimeout }, def: 10 * time.Second, bound: &bound{lo: 0, hi: math.MaxInt64},
 		usage: "how long in-flight replies may take after SIGTERM"},
-	{key: "commandstats-interval", def: 100 * time.Millisecond, bound: &bound{lo: int64(10 * time.Millisecond), hi: int64(time.Minute)},
+	{key: "commandstats-interval", field: func(c *Config) any { return &c.CommandstatsInterval }, def: 100 * time.Millisecond, bound: &bound{lo: int64(10 * time.Millisecond), hi: int64(time.Minute)},
 		usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
-	{key: "client-query-buffer-limit", def: byteSize(1 << 30), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
+	{key: "client-query-buffer-limit", field: func(c *Config) any { return &c.ClientQueryBufferLimit }, def: byteSize(1 << 30), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
 		usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
-	{key: "maxclients", def: 10000, bound: &bound{lo: 1, hi: math.MaxInt},
+	{key: "maxclients", field: func(c *Config) any { return &c.MaxClients }, def: 10000, bound: &bound{lo: 1, hi: math.MaxInt},
 		usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
-	{key: "max-client-memory", def: byteSize(1 << 30), bound: &bound{lo: 0, hi: math.MaxInt64},
+	{key: "max-client-memory", field: func(c *Config) any { return &c.MaxClientMemory }, def: byteSize(1 << 30), bound: &bound{lo: 0, hi: math.MaxInt64},
 		usage: "bytes of unread replies and unanswered requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
-	{key: "log-level", def: "info", live: true, usage: "debug, info, warn or error"},
-	{key: "log-format", def: "json", usage: "json or console"},
+	{key: "log-level", field: func(c *Config) any { return &c.LogLevel }, decode: (*decoder).lower, def: "info", live: true, usage: "debug, info, warn or error"},
+	{key: "log-format", field: func(c *Config) any { return &c.LogFormat }, decode: (*decoder).lower, def: "json", usage: "json or console"},
 }
 
 // lookup returns the setting named key, or nil.
@@ -659,39 +670,36 @@ func oneOf(s string, allowed ...string) bool {
 	return false
 }
 
-// Redacted returns the settings keyed like the flags, for logging: the
-// password is "***" when set, durations are strings ("2s").
+// Redacted returns the settings keyed like the flags, for logging: a
+// secret is "***" when set, durations are strings ("2s"), lists copies.
 func (c *Config) Redacted() map[string]any {
-	password := ""
-	if c.UpstreamPassword != "" {
-		password = "***"
+	m := make(map[string]any, len(settings))
+	for _, st := range settings {
+		var v any
+		switch f := st.field(c).(type) {
+		case *string:
+			v = *f
+			if st.noFlag && *f != "" {
+				v = "***"
+			}
+		case *bool:
+			v = *f
+		case *int:
+			v = *f
+		case *uint32:
+			v = *f
+		case *int64:
+			v = *f
+		case *time.Duration:
+			v = f.String()
+		case *[]string:
+			v = slices.Clone(*f)
+		default:
+			panic(fmt.Sprintf("setting %s: field of type %T", st.key, f))
+		}
+		m[st.key] = v
 	}
-	return map[string]any{
-		"listen":                    c.Listen,
-		"upstream":                  c.Upstream,
-		"admin":                     c.Admin,
-		"local-admin":               c.LocalAdmin,
-		"hot-threshold":             c.HotThreshold,
-		"loops":                     c.Loops,
-		"cache-max-value":           c.CacheMaxValue,
-		"cache-capacity":            c.CacheCapacity,
-		"cache-max-bytes":           c.CacheMaxBytes,
-		"cache-enabled":             c.CacheEnabled,
-		"cache-deny":                slices.Clone(c.CacheDeny),
-		"cluster-address-map":       slices.Clone(c.ClusterAddressMap),
-		"upstream-user":             c.UpstreamUser,
-		"upstream-password":         password,
-		"upstream-password-file":    c.UpstreamPasswordFile,
-		"configure-notifications":   c.ConfigureNotifications,
-		"dial-timeout":              c.DialTimeout.String(),
-		"shutdown-timeout":          c.ShutdownTimeout.String(),
-		"commandstats-interval":     c.CommandstatsInterval.String(),
-		"client-query-buffer-limit": c.ClientQueryBufferLimit,
-		"maxclients":                c.MaxClients,
-		"max-client-memory":         c.MaxClientMemory,
-		"log-level":                 c.LogLevel,
-		"log-format":                c.LogFormat,
-	}
+	return m
 }
 
 // String formats the settings on one line as key=value in Config order, the

@@ -70,22 +70,36 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-// TestSettingsMatchConfig keeps the settings table, the Config tags and
-// Redacted in step.
+// TestSettingsMatchConfig: the settings table is the one declaration of
+// every Config field (each exported field is one setting's, and no two
+// settings share one), and Redacted shows each setting.
 func TestSettingsMatchConfig(t *testing.T) {
-	var tags []string
-	typ := reflect.TypeFor[Config]()
-	for i := range typ.NumField() {
-		if tag := typ.Field(i).Tag.Get("koanf"); tag != "" {
-			tags = append(tags, tag)
+	c := &Config{}
+	v := reflect.ValueOf(c).Elem()
+	fieldAt := map[uintptr]string{}
+	for i := range v.NumField() {
+		if v.Type().Field(i).IsExported() {
+			fieldAt[v.Field(i).Addr().Pointer()] = v.Type().Field(i).Name
 		}
 	}
 	var keys []string
+	owner := map[string]string{}
 	for _, s := range settings {
 		keys = append(keys, s.key)
+		name, ok := fieldAt[reflect.ValueOf(s.field(c)).Pointer()]
+		switch {
+		case !ok:
+			t.Errorf("setting %s: its field is not an exported field of Config", s.key)
+		case owner[name] != "":
+			t.Errorf("settings %s and %s share Config.%s", owner[name], s.key, name)
+		default:
+			owner[name] = s.key
+		}
 	}
-	if !reflect.DeepEqual(tags, keys) {
-		t.Errorf("Config koanf tags %q, settings %q", tags, keys)
+	for _, name := range fieldAt {
+		if owner[name] == "" {
+			t.Errorf("Config.%s belongs to no setting", name)
+		}
 	}
 	r := (&Config{}).Redacted()
 	if len(r) != len(keys) {
@@ -720,7 +734,6 @@ func TestErrorNamesWinningLayer(t *testing.T) {
 // built by hand has not been through the decoder), in the decoder's
 // words.
 func TestBoundsValidated(t *testing.T) {
-	typ := reflect.TypeFor[Config]()
 	checked := 0
 	defer func() {
 		if checked < 12 {
@@ -731,10 +744,6 @@ func TestBoundsValidated(t *testing.T) {
 		if s.bound == nil {
 			continue
 		}
-		i := slices.IndexFunc(reflect.VisibleFields(typ), func(f reflect.StructField) bool { return f.Tag.Get("koanf") == s.key })
-		if i < 0 {
-			t.Fatalf("no Config field for %s", s.key)
-		}
 		var outside []int64
 		if s.bound.lo > math.MinInt64 {
 			outside = append(outside, s.bound.lo-1)
@@ -744,7 +753,7 @@ func TestBoundsValidated(t *testing.T) {
 		}
 		for _, n := range outside {
 			c := *mustLoad(t, nil, nil)
-			f := reflect.ValueOf(&c).Elem().Field(i)
+			f := reflect.ValueOf(s.field(&c)).Elem()
 			switch {
 			case f.CanInt() && !f.OverflowInt(n):
 				f.SetInt(n)

@@ -40,61 +40,44 @@ type decoder struct {
 }
 
 // set decodes setting key into c: the one conversion of each setting,
-// used by Load for every key and by POST /config for the body's.
+// used by Load for every key and by POST /config for the body's. Numbers
+// are within their field's type: every numeric setting's bound is.
 func (d *decoder) set(c *Config, key string) {
-	switch key {
-	case "listen":
-		c.Listen = d.str(key)
-	case "upstream":
-		c.Upstream = d.str(key)
-	case "admin":
-		c.Admin = d.str(key)
-	case "local-admin":
-		c.LocalAdmin = d.str(key)
-	case "hot-threshold":
-		c.HotThreshold = uint32(d.number(key)) // bound within uint32
-	case "loops":
-		c.Loops = int(d.number(key))
-	case "cache-max-value":
-		c.CacheMaxValue = int(d.number(key)) // bound within int
-	case "cache-capacity":
-		c.CacheCapacity = int(d.number(key))
-	case "cache-max-bytes":
-		c.CacheMaxBytes = d.number(key)
-	case "cache-enabled":
-		c.CacheEnabled = d.boolean(key)
-	case "cache-deny":
-		c.CacheDeny = d.patterns(key)
-	case "cluster-address-map":
-		c.ClusterAddressMap = d.addrMap(key)
-	case "upstream-user":
-		c.UpstreamUser = d.str(key)
-	case "upstream-password":
-		c.UpstreamPassword = d.str(key)
-	case "upstream-password-file":
-		c.UpstreamPasswordFile = d.str(key)
-	case "configure-notifications":
-		c.ConfigureNotifications = d.boolean(key)
-	case "dial-timeout":
-		c.DialTimeout = time.Duration(d.number(key))
-	case "shutdown-timeout":
-		c.ShutdownTimeout = time.Duration(d.number(key))
-	case "commandstats-interval":
-		c.CommandstatsInterval = time.Duration(d.number(key))
-	case "client-query-buffer-limit":
-		c.ClientQueryBufferLimit = d.number(key)
-	case "maxclients":
-		c.MaxClients = int(d.number(key))
-	case "max-client-memory":
-		c.MaxClientMemory = d.number(key)
-	case "log-level":
-		c.LogLevel = strings.ToLower(d.str(key))
-	case "log-format":
-		c.LogFormat = strings.ToLower(d.str(key))
+	st := lookup(key)
+	if st == nil {
+		panic("no setting " + key)
+	}
+	if st.decode != nil {
+		switch f := st.field(c).(type) {
+		case *string:
+			*f, _ = st.decode(d, key).(string)
+		case *[]string:
+			*f, _ = st.decode(d, key).([]string)
+		default:
+			panic(fmt.Sprintf("setting %s: decode for a field of type %T", key, f))
+		}
+		return
+	}
+	switch f := st.field(c).(type) {
+	case *string:
+		*f = d.str(key)
+	case *bool:
+		*f = d.boolean(key)
+	case *int:
+		*f = int(d.number(key))
+	case *uint32:
+		*f = uint32(d.number(key))
+	case *int64:
+		*f = d.number(key)
+	case *time.Duration:
+		*f = time.Duration(d.number(key))
 	default:
-		panic("setting " + key + " has no decoding")
+		panic(fmt.Sprintf("setting %s: field of type %T", key, f))
 	}
 }
+
+// lower is str in lower case (log-level, log-format).
+func (d *decoder) lower(key string) any { return strings.ToLower(d.str(key)) }
 
 func (d *decoder) fail(key, format string, args ...any) {
 	if d.err == nil {
@@ -156,7 +139,7 @@ func (d *decoder) list(key string, split func(string) []string) []string {
 
 // addrMap accepts what list does, comma-separated; blanks are dropped, and
 // the entries must parse with cluster.ParseAddrMap.
-func (d *decoder) addrMap(key string) []string {
+func (d *decoder) addrMap(key string) any {
 	out := []string{}
 	for _, e := range d.list(key, func(s string) []string { return strings.Split(s, ",") }) {
 		if e = strings.TrimSpace(e); e != "" {
@@ -172,7 +155,7 @@ func (d *decoder) addrMap(key string) []string {
 
 // patterns accepts what list does, comma-separated as splitPatterns
 // splits; blanks are dropped. Each must compile as a glob pattern.
-func (d *decoder) patterns(key string) []string {
+func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
 	for _, p := range items {

@@ -188,26 +188,30 @@ func same(a, b any) bool {
 	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
-// setLive copies live setting k from src to dst. It panics for a key not
-// live: every setting marked live must be handled here.
+// setLive copies live setting k from src to dst (a list as a copy). It
+// panics for a key that is not live.
 func setLive(dst, src *Config, k string) {
-	switch k {
-	case "hot-threshold":
-		dst.HotThreshold = src.HotThreshold
-	case "cache-capacity":
-		dst.CacheCapacity = src.CacheCapacity
-	case "cache-max-bytes":
-		dst.CacheMaxBytes = src.CacheMaxBytes
-	case "cache-max-value":
-		dst.CacheMaxValue = src.CacheMaxValue
-	case "cache-enabled":
-		dst.CacheEnabled = src.CacheEnabled
-	case "cache-deny":
-		dst.CacheDeny = slices.Clone(src.CacheDeny)
-	case "log-level":
-		dst.LogLevel = src.LogLevel
-	default:
+	st := lookup(k)
+	if st == nil || !st.live {
 		panic("setLive: " + k + " is not a live setting")
+	}
+	switch d := st.field(dst).(type) {
+	case *string:
+		*d = *st.field(src).(*string)
+	case *bool:
+		*d = *st.field(src).(*bool)
+	case *int:
+		*d = *st.field(src).(*int)
+	case *uint32:
+		*d = *st.field(src).(*uint32)
+	case *int64:
+		*d = *st.field(src).(*int64)
+	case *time.Duration:
+		*d = *st.field(src).(*time.Duration)
+	case *[]string:
+		*d = slices.Clone(*st.field(src).(*[]string))
+	default:
+		panic(fmt.Sprintf("setting %s: field of type %T", k, d))
 	}
 }
 
