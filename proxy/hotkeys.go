@@ -57,25 +57,36 @@ func hkKey(cmds *command.Learned, args [][]byte, argc int64) []byte {
 	return args[spec.First]
 }
 
-// onCommandCounted is onCommand while a HOTKEYS session is active: it
+// onRequest decides a complete request: HOTKEYS, which Cicada answers
+// itself (onHotkeys), or whatever the conversation decides (onCommand).
+func (s *session) onRequest(n int) decision {
+	if args := s.parser.Args(); len(args) > 0 && hotkeys.Is(args[0]) {
+		if d, ok := s.onHotkeys(args, s.parser.Argc()); ok {
+			return d
+		}
+	}
+	return s.onCommand(n)
+}
+
+// onRequestCounted is onRequest while a HOTKEYS session is active: it
 // counts the request (see above) around the same decision.
-func (s *session) onCommandCounted(n int) decision {
+func (s *session) onRequestCounted(n int) decision {
 	args, argc := s.parser.Args(), s.parser.Argc()
 	key := hkKey(s.srv.settings.Commands(), args, argc)
 	if key == nil {
-		return s.onCommand(n)
+		return s.onRequest(n)
 	}
 	l := s.loop
 	tk, ok := s.srv.hk.Begin(l.idx)
 	if !ok {
-		return s.onCommand(n)
+		return s.onRequest(n)
 	}
 	var t0 time.Time
 	if tk.Sampled {
 		t0 = time.Now()
 	}
 	outBefore, slotsBefore := len(l.out), s.slots.len()
-	d := s.onCommand(n)
+	d := s.onRequest(n)
 	var ns int64
 	if tk.Sampled {
 		ns = int64(time.Since(t0))

@@ -90,32 +90,3 @@ func (ids *identities) rulesChanged() {
 	ids.next++
 	ids.gen.Add(1)
 }
-
-// setFresh gives s the initial identity of a connection that has not
-// authenticated (at connect and after RESET).
-func (s *session) setFresh() {
-	s.ident, s.freshGen = s.srv.ids.fresh()
-	s.user, s.userAnon = "", false
-}
-
-// setUser records the ACL user Redis confirmed the connection as, for the
-// HOTKEYS permission check; "" (a valid user name, but the never-
-// authenticated sentinel there) counts as one Cicada cannot name.
-func (s *session) setUser(user string, anon bool) {
-	s.user, s.userAnon = user, anon || user == ""
-}
-
-// setIdent gives s an identity Redis confirmed (AUTH, HELLO AUTH) or an
-// anonymous one.
-func (s *session) setIdent(id hotcache.Ident) {
-	s.ident, s.freshGen = id, 0
-}
-
-// checkFresh runs before every cache lookup: an initial identity from
-// before a rules change may stand for a connection Redis authenticated
-// and one it did not (see identities); it becomes anonymous.
-func (s *session) checkFresh() {
-	if s.freshGen != 0 && s.freshGen != s.srv.ids.gen.Load() {
-		s.setIdent(s.srv.ids.anonymous())
-	}
-}

@@ -30,28 +30,6 @@ func (h *latencyHist) observe(d time.Duration) {
 	h.sumNs.Add(int64(d))
 }
 
-// timeRequest starts timing the request just queued on s when none of s's
-// is being timed: one request per round trip per connection is timed, so
-// a pipeline of 16 costs one clock read, not 16.
-func (s *session) timeRequest() {
-	if s.timedLeft == 0 {
-		s.timedLeft = s.slots.len()
-		s.timedAt = time.Now()
-	}
-}
-
-// replyArrived counts down to the timed request's reply and records its
-// latency.
-func (s *session) replyArrived() {
-	if s.timedLeft == 0 {
-		return
-	}
-	s.timedLeft--
-	if s.timedLeft == 0 {
-		s.loop.stats.upstream.observe(time.Since(s.timedAt))
-	}
-}
-
 // collectLatency sends the upstream latency histogram summed over loops.
 func collectLatency(ch chan<- prometheus.Metric, loops []*loopState) {
 	var counts [len(upstreamBuckets) + 1]uint64

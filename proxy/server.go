@@ -18,7 +18,6 @@ import (
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
-	"github.com/cicada-proxy/cicada/resp"
 )
 
 // Errors returned by New and Run.
@@ -146,14 +145,10 @@ type Config struct {
 type Server struct {
 	gnet.BuiltinEventEngine
 
+	convEnv // what every conversation shares (conv_state.go)
+
 	cfg      Config
-	cache    *hotcache.Cache
-	det      *detector.Detector
-	fences   Fences
-	settings Settings
 	counters Counters
-	topo     *cluster.Topology // Topology.Cluster()
-	ids      *identities
 	hk       *hotkeys.Tracker // HOTKEYS session state (hotkeys.go)
 	perms    permCache        // ACL users checked for HOTKEYS (hotkeys_acl.go)
 	log      *zap.Logger
@@ -168,14 +163,7 @@ type Server struct {
 	loops   map[gnet.EventLoop]*loopState
 	order   []*loopState
 
-	// clock is a coarse monotonic clock (ns since start) advanced by the
-	// janitor every sub-window, read on the hit path instead of the time.
-	clock atomic.Int64
-	// idleRefresh is half Redis's idle timeout in ns (0: none): a
-	// connection whose requests were all answered locally for that long has
-	// its next GET forwarded, so Redis does not close it as idle.
-	idleRefresh atomic.Int64
-	start       time.Time
+	start time.Time
 
 	closedFor      [closeReasons]atomic.Uint64 // clients closed by Cicada, by reason
 	clientHeld     atomic.Int64                // bytes the loops' heavy clients hold (limits.go)
@@ -264,14 +252,10 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream)
 		cfg.Logger = zap.NewNop()
 	}
 	return &Server{
+		convEnv: convEnv{cache: cache, det: det, fences: up, settings: up, topo: up.Cluster(), ids: newIdentities(),
+			addrMap: cfg.AddrMap},
 		cfg:        cfg,
-		cache:      cache,
-		det:        det,
-		fences:     up,
-		settings:   up,
 		counters:   up,
-		topo:       up.Cluster(),
-		ids:        newIdentities(),
 		hk:         hotkeys.NewTracker(det.Loops(), nil, nil),
 		log:        cfg.Logger,
 		dialer:     net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second},
@@ -401,16 +385,6 @@ func (srv *Server) AuthRulesChanged() { srv.ids.rulesChanged() }
 // completion Cicada cannot observe (opaque connections, protocol errors).
 const opaqueHold = time.Second
 
-// suspendFor flushes the cache and suspends it for d.
-func (srv *Server) suspendFor(d time.Duration) {
-	held := srv.cache.Hold()
-	srv.cache.Flush()
-	time.AfterFunc(d, func() {
-		srv.cache.Flush()
-		held.Release()
-	})
-}
-
 // OnBoot records the engine. Runs before the loops start.
 func (srv *Server) OnBoot(eng gnet.Engine) gnet.Action {
 	srv.engine = eng
@@ -452,13 +426,7 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		srv.closedFor[closeMaxClients].Add(1)
 		return maxClientsReply, gnet.Close // Redis's words and behaviour
 	}
-	s := &session{
-		srv:    srv,
-		loop:   srv.loopFor(c.EventLoop()),
-		client: c,
-		parser: resp.NewRequestParser(),
-		proto:  2,
-	}
+	s := &session{conversation: newConversation(&srv.convEnv, srv.loopFor(c.EventLoop())), srv: srv, client: c}
 	s.parser.SetNulVisible(srv.settings.Commands().NulVisibleInHeaders())
 	s.setFresh()
 	s.upLink = &upstreamLink{s: s}

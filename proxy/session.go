@@ -7,136 +7,11 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
-	"github.com/cicada-proxy/cicada/command"
-	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/resp"
 )
-
-// slotKind says how a queued request's replies are consumed.
-type slotKind uint8
-
-const (
-	slotReply   slotKind = iota // one reply, forwarded to the client
-	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
-	slotSwallow                 // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
-	slotOpaque                  // from here on, replies pass through unframed
-)
-
-// hold is a cache suspension a slot keeps until its reply (one Suspend),
-// with what its release must do first.
-type hold uint8
-
-const (
-	holdNone   hold = 0
-	holdFence  hold = 1 << iota // release through a notification fence (writes of unknown keys)
-	holdFlush                   // flush the cache before releasing (FLUSHALL, FLUSHDB, SWAPDB, ...)
-	holdVerify                  // release through a fence that re-checks notify-keyspace-events (CONFIG SET)
-)
-
-// opacity is whether Cicada still follows a connection's replies. It only
-// moves forward: framed, opaqueAhead, opaque.
-type opacity uint8
-
-const (
-	// framed: every reply is framed and matched to its request.
-	framed opacity = iota
-	// opaqueAhead: a request after which replies cannot be counted was
-	// sent (CLIENT REPLY OFF|SKIP, REPLCONF ACK, MONITOR, SYNC, a protocol
-	// error, a failed AUTH whose error Redis may drop): the requests after
-	// it are not followed (no local answers, no bookkeeping; their writes
-	// are invalidated like writes from outside Cicada), the replies before
-	// it still are.
-	opaqueAhead
-	// opaque: that point was reached: replies pass through unframed, for
-	// the rest of the connection; a transaction in progress is abandoned.
-	opaque
-)
-
-// input is what becomes of what the client sends next.
-type input uint8
-
-const (
-	inputOpen          input = iota // parsed, then answered or forwarded
-	inputQuit                       // QUIT was sent: Redis reads nothing after it; dropped, as Redis does
-	inputProtocolError              // a protocol error was sent: Redis closes; dropped (opacity is not framed)
-)
-
-// replyMode is what happens to the bytes of the reply being framed.
-type replyMode uint8
-
-const (
-	replyPass            replyMode = iota // passed to the client as they arrive
-	replySwallow                          // Cicada's own PTTL or HPTTL: dropped
-	replyCapture                          // passed, and copied for a fill (captureBytes)
-	replyRewriteTopology                  // held whole, its node addresses rewritten (Config.AddrMap)
-	replyRewriteExec                      // EXEC's reply, held whole, its topology elements rewritten
-	replyRewriteError                     // an error, held whole while it may be a -MOVED or -ASK to rewrite
-)
-
-// withheld reports whether the reply's bytes wait in Cicada instead of
-// going to the client as they arrive.
-func (m replyMode) withheld() bool { return m == replySwallow || m.rewrites() }
-
-// rewrites reports whether the reply is held whole in rewriteBuf.
-func (m replyMode) rewrites() bool { return m >= replyRewriteTopology }
-
-// queuedHold is the hold of a command queued in a transaction, kept until
-// EXEC's reply.
-type queuedHold struct {
-	kind hold
-	held *hotcache.Hold
-}
-
-// slot is one forwarded request waiting for its reply.
-type slot struct {
-	kind    slotKind
-	act     command.ConnEffect // the state change its reply confirms
-	hold    hold
-	subKind command.SubKind
-	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
-	stripes int32 // write stripes to release (front of session.stripes)
-	arg     int64
-	user    string
-	auth    bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
-	anon    bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
-	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
-	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
-	rewrite cluster.Reply
-	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
-	read    *readInfo      // GET/HGET bookkeeping, rare
-	hk      *hkReq         // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
-}
-
-// queuedAct is a connection state change queued in a transaction: it takes
-// effect at EXEC if element idx of EXEC's reply is not an error.
-type queuedAct struct {
-	idx int
-	sl  slot
-}
-
-// readInfo follows a forwarded GET/HGET whose reply Cicada wants: a fill
-// (the key is hot and not cached) or a proof that this identity may read a
-// cached reply.
-type readInfo struct {
-	key    hotcache.Key // its own bytes (Clone)
-	fill   bool
-	ticket hotcache.Ticket
-	epoch  uint64 // cache epoch at send, for a proof of permission
-	sentAt int64
-	// fieldTTL: an HPTTL for the field follows the PTTL (a server with
-	// hash-field expiration).
-	fieldTTL bool
-	// Set when the GET/HGET reply arrived and the PTTL reply is awaited.
-	reply    []byte
-	isNil    bool
-	valueLen int
-	// expireAt is the key's expiry from the PTTL reply (0: none), kept
-	// while the HPTTL reply is awaited (awaitHPTTL).
-	expireAt   int64
-	awaitHPTTL bool
-}
 
 // clientConn is what a session uses of its client connection: the gnet
 // connection, or once the client has shut down its sending side, the
@@ -154,11 +29,16 @@ type clientConn interface {
 	RemoteAddr() net.Addr
 }
 
-// session is one client connection and its upstream connection. Owned by
-// the event loop of both.
+// session is one client connection and its upstream connection: the gnet
+// adapter around the connection's conversation. It does the I/O of both
+// connections (reads, writes, closes, the half-closed client of half.go),
+// the limits (limits.go) and the timers, and hands each complete request
+// and each reply to the conversation, which decides. Owned by the event
+// loop of both connections.
 type session struct {
+	conversation
+
 	srv        *Server
-	loop       *loopState
 	loopIdx    int // in loop.sessions
 	client     clientConn
 	up         gnet.Conn     // nil until the upstream connection is enrolled
@@ -175,7 +55,6 @@ type session struct {
 	// waiting its turn is not made for a client that left.
 	left atomic.Bool
 
-	parser *resp.RequestParser
 	// partial holds client bytes taken out of gnet (processClient, on the
 	// session's loop): a request in progress of at least partialMin bytes
 	// and whatever followed it. gnet's Peek copies all the bytes it holds
@@ -183,132 +62,19 @@ type session struct {
 	// small reads cost quadratic time; here each read's bytes are appended
 	// once. nil when empty.
 	partial []byte
-	framer  resp.ReplyFramer
-	slots   ring[slot]
-	writes  ring[uint32] // stripes of forwarded writes, in slot order
-
-	// Connection state as Redis confirmed it (replies processed so far).
-	db    int
-	proto int
-	ident hotcache.Ident
-	// freshGen is the identities gen of ident when ident is an initial
-	// (unauthenticated) number, 0 otherwise (gens start at 1).
-	freshGen uint64
-	user     string // ACL user Redis authenticated the connection as; "" if it never authenticated
-	userAnon bool   // authenticated as a user Cicada cannot name (or the user "")
-	multi    bool
-	tracking bool
-	readonly bool     // READONLY confirmed (Redis Cluster): a replica answers its master's slots
-	subs     [3]int64 // channels, patterns, shard channels
-
-	// Send side.
-	sendMulti       bool    // MULTI sent, EXEC/DISCARD/RESET not yet sent
-	opacity         opacity // whether replies are still followed (opaque mode)
-	input           input   // what becomes of what the client sends next
-	opaqueAfterExec bool    // a (un)subscribe command was queued: EXEC makes the connection opaque
-	multiRules      bool    // CONFIG SET or ACL changes queued in MULTI
-	opaqueDBUnknown bool    // a SELECT or RESET was sent in opaque mode: the db is not known
-	paused          bool    // parsing waits until every reply is in
-	pauseCounted    bool    // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
-
-	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
-	multiStripes []uint32
-	multiHolds   []queuedHold
-	// State changes queued inside MULTI, applied from EXEC's reply.
-	multiActs []queuedAct
-	// Effects of commands sent in a confirmed transaction, applied when
-	// EXEC is sent (see effects).
-	txEffects  []txEffect
-	txInFlight int   // MULTI, EXEC and DISCARD sent and not yet answered
-	txQueued   int   // commands Redis answered +QUEUED since MULTI
-	txState    bool  // a state change was sent in MULTI: pause after EXEC
-	txDB       int64 // the db a queued SELECT switches to at EXEC
-	txDBSet    bool  // ... when one was queued
-	// accepted is set by Redis's first reply that is not an error: until
-	// then Redis may still refuse the connection (maxclients, protected
-	// mode), so nothing is answered locally.
-	accepted bool
-	// lastForward is the coarse clock when a request last went to Redis,
-	// so a connection Redis would time out is refreshed (see idleRefresh).
-	lastForward int64
-
-	// Reply side, per frame: what is done with the bytes of the reply being
-	// framed (set at its first byte, replyPass again once it is complete).
-	reply replyMode
-	// A rewritten reply is held whole (rewriteBuf) until complete: a
-	// topology reply of kind rewriting (replyRewriteTopology), EXEC's with
-	// rewriteExec's elements (replyRewriteExec), or an error.
-	rewriting   cluster.Reply
-	rewriteExec []cluster.ExecElem
-	rewriteBuf  []byte
-	// multiRewrites are the topology commands queued in the confirmed
-	// transaction, by their index in EXEC's reply.
-	multiRewrites []cluster.ExecElem
-	capture       []byte
-	// captureOverflow: the captured reply outgrew what the cache keeps;
-	// read when the reply is complete, reset at the next capture.
-	captureOverflow bool
-	keysBuf         []hotcache.Key
-	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
-	pendingFill *readInfo
 
 	// Limits (limits.go).
-	softSince    int64 // clock+1 when unread replies reached the soft limit, 0 if below
-	held         int64 // bytes held for the client at its last charge
-	readBytes    int64 // held by the readInfo of queued slots
-	txKeyBytes   int64 // held by the keys in txEffects
-	opaquePubsub bool  // EXEC of a (un)subscribe made the connection opaque: pubsub limits
-	unchecked    int   // requests parsed since the input limits were last checked in processClient
+	softSince int64 // clock+1 when unread replies reached the soft limit, 0 if below
+	held      int64 // bytes held for the client at its last charge
+	unchecked int   // requests parsed since the input limits were last checked in processClient
 
-	// Upstream latency (latency.go): the request being timed is the
-	// timedLeft-th slot from the head; 0 when none is.
-	timedLeft int
-	timedAt   time.Time
-
-	// HOTKEYS (hotkeys.go): the record of the head request, whose reply
-	// may be the frame being read; aclWait while this connection waits
-	// for an ACL lookup of its user (it is paused).
-	hkFrame *hkReq
-	hkBytes uint64 // bytes of hkFrame's reply so far
-	hkNs    int64  // event-loop time framing it so far (sampled only)
+	// HOTKEYS (hotkeys.go): aclWait while this connection waits for an
+	// ACL lookup of its user (it is paused).
 	aclWait bool
-}
-
-// queue appends a slot; every queued slot counts in the loop's in-flight
-// gauge until dequeue.
-func (s *session) queue(sl slot) {
-	if sl.read != nil {
-		s.readBytes += readInfoSize(sl.read)
-	}
-	s.slots.push(sl)
-	s.loop.stats.inflight.Add(1)
-	s.timeRequest()
-}
-
-// dequeue removes the head slot.
-func (s *session) dequeue() slot {
-	s.loop.stats.inflight.Add(-1)
-	s.replyArrived()
-	sl := s.slots.pop()
-	if sl.read != nil {
-		s.readBytes -= readInfoSize(sl.read)
-	}
-	return sl
 }
 
 // upstreamLink is the gnet context of an upstream connection.
 type upstreamLink struct{ s *session }
-
-// canAnswer reports whether confirmed state lets Cicada answer a GET/HGET
-// locally. Only meaningful when no reply is outstanding. A subscribed
-// connection (RESP3 allows GET there) is always forwarded: Redis may have
-// sent it a message that is still on its way through Cicada, and a local
-// answer could overtake it.
-func (s *session) canAnswer() bool {
-	return s.accepted && !s.multi && !s.sendMulti && !s.tracking && s.opacity == framed && !s.subscribed()
-}
-
-func (s *session) subscribed() bool { return s.subs[0]+s.subs[1]+s.subs[2] > 0 }
 
 // onClientTraffic parses what the client sent and answers or forwards it.
 func (s *session) onClientTraffic() gnet.Action {
@@ -418,9 +184,9 @@ func (s *session) processClient() {
 		case resp.Complete:
 			var d decision
 			if s.srv.hk.On() { // the only cost of HOTKEYS while no session runs
-				d = s.onCommandCounted(n)
+				d = s.onRequestCounted(n)
 			} else {
-				d = s.onCommand(n)
+				d = s.onRequest(n)
 			}
 			// Requests held back by a pause are parsed at once when it ends:
 			// their bookkeeping counts against the limits every
@@ -521,23 +287,6 @@ func (s *session) flushOut() {
 	l.out = l.out[:0]
 }
 
-// protocolError handles a request Redis will reject with a protocol error:
-// Redis replies and closes the connection; Cicada passes the reply on and
-// drops whatever the client sends after the bad request.
-func (s *session) protocolError() {
-	s.input = inputProtocolError
-	s.pushOpaque()
-}
-
-// pushOpaque queues the point after which replies pass unframed.
-func (s *session) pushOpaque() {
-	if s.opacity == framed {
-		s.opacity = opaqueAhead
-	}
-	s.queue(slot{kind: slotOpaque})
-	s.advance()
-}
-
 // onUpstreamOpen links the enrolled upstream connection to the session.
 func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 	if s.closed {
@@ -634,43 +383,184 @@ func (s *session) release() {
 	s.abandonTx()
 }
 
-// dropSlots forgets every queued request whose reply will not be followed:
-// its writes end and its holds are released with a flush (it may run, or
-// have run, unobserved; its notifications do the rest).
-func (s *session) dropSlots() {
-	for s.slots.len() > 0 {
-		sl := s.dequeue()
-		s.releaseWrites(sl.stripes)
-		if sl.hold != holdNone {
-			s.srv.cache.Flush()
-			sl.held.Release()
+// onUpstreamTraffic frames Redis's replies, settles the slots they answer,
+// and passes every byte except Cicada's own PTTL replies to the client.
+func (s *session) onUpstreamTraffic() gnet.Action {
+	if s.gone {
+		return gnet.Close
+	}
+	buf, _ := s.up.Peek(-1)
+	off, ok := s.fromUpstream(buf)
+	if !ok {
+		return gnet.Close
+	}
+	if off > 0 { // gnet's Discard(0) discards everything
+		_, _ = s.up.Discard(off)
+	}
+	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
+		s.paused = false
+		if _, half := s.client.(*halfConn); half {
+			s.halfProgress()
+		} else {
+			s.processClient()
 		}
 	}
+	return gnet.None
 }
 
-// abandonTx forgets a transaction whose EXEC will not be followed (the
-// connection closed or turned opaque): its writes end, its holds become a
-// flush and an opaqueHold suspension.
-func (s *session) abandonTx() {
-	cache := s.srv.cache
-	for _, st := range s.multiStripes {
-		cache.EndWrite(st)
+// fromUpstream frames buf, every byte Redis sent that the last call did not
+// consume, writes the client's part of it to the client, and returns how
+// many bytes it consumed (all but a partial header line at the end).
+// ok=false: the stream is not RESP; nothing more can be framed.
+func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
+	l := s.loop
+	l.downv = l.downv[:0]
+	fwd := 0 // bytes [fwd, off) go to the client
+	for off < len(buf) {
+		if s.opacity == opaque {
+			off = len(buf)
+			break
+		}
+		if !s.framer.InProgress() {
+			s.startFrame(buf[off])
+			if s.opacity == opaque {
+				continue
+			}
+			if s.reply.withheld() && off > fwd {
+				s.down(buf[fwd:off])
+			}
+		}
+		hr := s.hkFrame // nil unless a HOTKEYS session counts this reply
+		var t0 time.Time
+		if hr != nil && hr.tk.Sampled {
+			t0 = time.Now()
+		}
+		n, done, err := s.framer.Feed(buf[off:])
+		if err != nil {
+			s.srv.log.Error("invalid reply from upstream; closing the connection",
+				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
+			s.srv.upstreamErrors.Add(1)
+			s.upInvalid = true
+			// The replies before it are the client's, as if Redis had
+			// closed the connection after them.
+			if off > fwd && !s.reply.withheld() {
+				s.down(buf[fwd:off])
+			}
+			s.flushDown()
+			return off, false
+		}
+		if s.reply == replyCapture {
+			s.captureBytes(buf[off : off+n])
+		}
+		if s.reply.rewrites() {
+			s.rewriteBuf = append(s.rewriteBuf, buf[off:off+n]...)
+			if s.rewriteGiveUp() {
+				// Pass on what was held and the rest as it comes.
+				s.down(s.rewriteBuf)
+				s.rewriteBuf = nil
+				s.reply, s.rewriting = replyPass, cluster.ReplyNone
+				fwd = off + n
+			}
+		}
+		off += n
+		if s.reply.withheld() {
+			fwd = off
+		}
+		if hr != nil {
+			s.hkBytes += uint64(n)
+		}
+		if !done {
+			if hr != nil && hr.tk.Sampled {
+				s.hkNs += int64(time.Since(t0))
+			}
+			break
+		}
+		s.onFrame(s.framer.Frame())
+		switch m := s.srv.cfg.AddrMap; s.reply {
+		case replyRewriteTopology:
+			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))
+		case replyRewriteExec:
+			s.down(m.RewriteExec(s.rewriteBuf, s.rewriteExec))
+		case replyRewriteError:
+			b, ok := m.RewriteRedirect(s.rewriteBuf)
+			if !ok {
+				b = s.rewriteBuf
+			}
+			s.down(b)
+		}
+		if s.reply.rewrites() {
+			s.rewriting, s.rewriteBuf = cluster.ReplyNone, nil
+		}
+		s.reply = replyPass
+		if hr != nil {
+			s.hkFrameDone(hr, t0)
+		}
 	}
-	if len(s.multiHolds) > 0 || s.multiRules {
-		s.srv.suspendFor(opaqueHold)
+	if off > fwd {
+		s.down(buf[fwd:off])
 	}
-	for _, q := range s.multiHolds {
-		q.held.Release()
-	}
-	s.multiStripes, s.multiHolds, s.multiActs = s.multiStripes[:0], s.multiHolds[:0], s.multiActs[:0]
-	s.multiRewrites = s.multiRewrites[:0]
-	s.clearTxEffects()
-	s.multiRules = false
+	s.flushDown()
+	return off, true
 }
 
-// releaseWrites ends the n oldest in-flight writes.
-func (s *session) releaseWrites(n int32) {
-	for ; n > 0; n-- {
-		s.srv.cache.EndWrite(s.writes.pop())
+// maxDownv bounds the slices gathered for one Writev: the kernel refuses
+// more than IOV_MAX (1024) and gnet closes the connection when it does.
+const maxDownv = 256
+
+// down queues bytes for the client, writing what is queued first when the
+// gather list is full (a read of thousands of rewritten redirects).
+func (s *session) down(bs ...[]byte) {
+	if len(s.loop.downv)+len(bs) > maxDownv {
+		s.flushDown()
+	}
+	s.loop.downv = append(s.loop.downv, bs...)
+}
+
+// flushDown writes the queued bytes to the client (gnet copies what the
+// socket does not take) and checks its output limits (also while a large
+// reply is held for rewriting).
+func (s *session) flushDown() {
+	l := s.loop
+	switch {
+	case len(l.downv) > 0 && !s.closed:
+		_, _ = s.client.Writev(l.downv)
+		s.checkOutput()
+	case cap(s.rewriteBuf) >= heavyBytes && !s.closed:
+		s.checkOutput() // a reply held for rewriting counts too
+	}
+	l.downv = l.downv[:0]
+}
+
+// salvageMax bounds what salvage reads: more than a socket's receive
+// buffer holds.
+const salvageMax = 16 << 20
+
+// salvage passes on the replies Redis sent before it closed the upstream
+// connection that gnet has not read. gnet closes a connection whose write
+// fails before it reads what arrived, and a write fails when Redis reset the
+// connection: Redis closes with input unread after a protocol error it
+// found at a header whose bulk Cicada was still streaming (a length over
+// proto-max-bulk-len, or over 16 KiB before authentication). A client of
+// Redis reads those replies; so must a client of Cicada. Runs in OnClose,
+// where the descriptor is still open.
+func (s *session) salvage(c gnet.Conn) {
+	if s.gone || s.closed || s.upInvalid {
+		return
+	}
+	pending, _ := c.Peek(-1) // a partial header line fromUpstream left
+	var buf []byte
+	chunk := make([]byte, 16<<10)
+	for len(buf) < salvageMax {
+		n, err := unix.Read(c.Fd(), chunk)
+		if n <= 0 || err != nil {
+			break
+		}
+		if buf == nil {
+			buf = append(buf, pending...)
+		}
+		buf = append(buf, chunk[:n]...)
+	}
+	if buf != nil {
+		_, _ = s.fromUpstream(buf)
 	}
 }

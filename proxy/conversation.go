@@ -1,67 +1,53 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
-	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/resp"
 )
 
-// decision is what processClient does with a complete request.
-type decision uint8
-
-const (
-	decideForward decision = iota // send it to Redis (slot queued)
-	decideLocal                   // answered from the cache (reply in loop.out)
-	decidePause                   // stop parsing until every reply is in
-	decideInject                  // forward it and loop.inject right behind it
-)
-
 // onCommand decides what to do with the complete request the parser holds.
-func (s *session) onCommand(n int) decision {
-	args := s.parser.Args()
-	argc := s.parser.Argc()
-	if d, ok := s.onRead(args, argc); ok {
+func (cv *conversation) onCommand(n int) decision {
+	args := cv.parser.Args()
+	argc := cv.parser.Argc()
+	if d, ok := cv.onRead(args, argc); ok {
 		return d
 	}
-	if len(args) > 0 && hotkeys.Is(args[0]) {
-		if d, ok := s.onHotkeys(args, argc); ok {
-			return d
-		}
-	}
-	if authenticates(args, argc) && s.opacity == framed {
+	if authenticates(args, argc) && cv.opacity == framed {
 		switch {
-		case s.sendMulti && s.srv.settings.Commands().AuthErrorsDropped():
+		case cv.sendMulti && cv.env.settings.Commands().AuthErrorsDropped():
 			// Queued, a failed AUTH's error goes missing from EXEC's
 			// reply (redis/redis#15640): the replies that follow cannot
 			// be counted.
-			s.loop.stats.forwarded.Add(1)
-			s.pushOpaque()
+			cv.loop.stats.forwarded.Add(1)
+			cv.pushOpaque()
 			return decideForward
-		case s.proto == 3 && (s.subscribed() || s.tracking) && s.srv.settings.Commands().AuthErrorsDropped():
+		case cv.proto == 3 && (cv.subscribed() || cv.tracking) && cv.env.settings.Commands().AuthErrorsDropped():
 			// A push (a message, an invalidation) may be in Redis's output
 			// buffer at any moment, so a failed AUTH's error may be dropped
 			// whatever Cicada waits for, and nothing tells whether it was:
 			// the replies that follow cannot be counted.
-			s.loop.stats.forwarded.Add(1)
-			s.pushOpaque()
+			cv.loop.stats.forwarded.Add(1)
+			cv.pushOpaque()
 			return decideForward
-		case !s.sendMulti && s.slots.len() > 0:
+		case !cv.sendMulti && cv.slots.len() > 0:
 			// Sent behind other requests, Redis 7.2+ drops a failed
 			// AUTH's error while their replies are pending in its output
 			// buffer (redis/redis#15640): it goes alone, once they are in.
 			return decidePause
 		}
 	}
-	s.loop.stats.forwarded.Add(1)
-	spec := s.srv.settings.Commands().Resolve(args)
+	cv.loop.stats.forwarded.Add(1)
+	spec := cv.env.settings.Commands().Resolve(args)
 	if spec != nil && spec.Conn == command.ConnQuit {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
-		s.input = inputQuit
-		if s.opacity == framed {
-			s.queue(slot{kind: slotReply})
+		cv.input = inputQuit
+		if cv.opacity == framed {
+			cv.queue(slot{kind: slotReply})
 		}
 		return decideForward
 	}
@@ -76,26 +62,26 @@ func (s *session) onCommand(n int) decision {
 		if db, ok := resp.ParseInt(args[1]); ok {
 			sl.act, sl.arg = conn, db
 		}
-		s.opaqueDBUnknown = s.opacity != framed
+		cv.opaqueDBUnknown = cv.opacity != framed
 	case command.ConnReset:
 		sl.act = conn
-		s.sendMulti, s.txState = false, false
-		s.clearTxEffects()
-		s.opaqueDBUnknown = s.opacity != framed
+		cv.sendMulti, cv.txState = false, false
+		cv.clearTxEffects()
+		cv.opaqueDBUnknown = cv.opacity != framed
 	case command.ConnMulti:
 		sl.act = conn
-		s.sendMulti = true
-		s.txInFlight++
+		cv.sendMulti = true
+		cv.txInFlight++
 	case command.ConnExec:
 		sl.act = conn
-		pauseAfter = s.txState // what follows must see the state it sets
-		s.sendMulti, s.txState = false, false
-		s.txInFlight++
+		pauseAfter = cv.txState // what follows must see the state it sets
+		cv.sendMulti, cv.txState = false, false
+		cv.txInFlight++
 	case command.ConnDiscard:
 		sl.act = conn
-		s.sendMulti, s.txState = false, false
-		s.clearTxEffects()
-		s.txInFlight++
+		cv.sendMulti, cv.txState = false, false
+		cv.clearTxEffects()
+		cv.txInFlight++
 	case command.ConnAuth:
 		sl.act, sl.user, sl.auth = conn, "default", true
 		if argc == 3 {
@@ -125,7 +111,7 @@ func (s *session) onCommand(n int) decision {
 		}
 	case command.ConnReplyMode:
 		if command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip") {
-			s.pushOpaque() // the replies that follow cannot be counted
+			cv.pushOpaque() // the replies that follow cannot be counted
 			return decideForward
 		}
 	case command.ConnReplconf:
@@ -133,12 +119,12 @@ func (s *session) onCommand(n int) decision {
 			// REPLCONF ACK or GETACK, which Redis runs without a reply
 			// but refuses with one (ACL, MULTI, an earlier option): the
 			// replies that follow cannot be counted.
-			s.pushOpaque()
+			cv.pushOpaque()
 			return decideForward
 		}
 	case command.ConnStream:
 		// A stream of monitor lines or a replication stream, not replies.
-		s.pushOpaque()
+		cv.pushOpaque()
 		return decideForward
 	case command.ConnAuthRules:
 		sl.act = conn
@@ -155,33 +141,33 @@ func (s *session) onCommand(n int) decision {
 		if argc == 1 {
 			sl.subLeft = -1
 		}
-		if s.sendMulti {
+		if cv.sendMulti {
 			// Queued, its confirmations come inside EXEC's reply (see
 			// subReply), or executed if MULTI was refused: wait and see.
-			s.txState, pauseAfter = true, true
+			cv.txState, pauseAfter = true, true
 		}
 	}
-	if sl.act.QueuedAtExec() && s.sendMulti {
+	if sl.act.QueuedAtExec() && cv.sendMulti {
 		// Probably queued, to take effect at EXEC (see applyTx). Wait
 		// for Redis's answer: +QUEUED, or the change itself if MULTI
 		// was refused.
-		s.txState, pauseAfter = true, true
+		cv.txState, pauseAfter = true, true
 	}
-	if s.srv.cfg.AddrMap.Len() > 0 {
+	if cv.env.addrMap.Len() > 0 {
 		// Inside MULTI the reply is +QUEUED, which Rewrite leaves alone;
 		// a MULTI Redis refused leaves the command run at once.
 		sl.rewrite = cluster.TopologyCommand(args)
 	}
-	s.effects(spec, args, argc, &sl)
+	cv.effects(spec, args, argc, &sl)
 	if sl.act == command.ConnExec {
-		s.applyTxEffects(&sl)
+		cv.applyTxEffects(&sl)
 	}
-	if s.opacity != framed {
+	if cv.opacity != framed {
 		return decideForward
 	}
-	s.queue(sl)
+	cv.queue(sl)
 	if pauseAfter {
-		s.paused = true
+		cv.paused = true
 	}
 	return decideForward
 }
@@ -193,7 +179,7 @@ func (s *session) onCommand(n int) decision {
 // commands run there. On an opaque connection, whose replies are not
 // followed, the keys are only invalidated, and anything broader empties
 // the cache and suspends it for opaqueHold.
-func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slot) {
+func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, sl *slot) {
 	effect := command.EffectUnknown
 	if spec != nil {
 		effect = spec.Effect
@@ -204,7 +190,7 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 	var keys []hotcache.Key
 	if effect == command.EffectKeys {
 		var ok bool
-		if keys, ok = s.writtenKeys(spec, args, argc); !ok || s.opaqueDBUnknown {
+		if keys, ok = cv.writtenKeys(spec, args, argc); !ok || cv.opaqueDBUnknown {
 			effect, keys = command.EffectUnknown, nil
 		}
 	}
@@ -216,24 +202,24 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 		h |= holdFlush
 	}
 	switch {
-	case s.opacity != framed:
-		s.applyOpaque(keys, h, sl.act == command.ConnAuthRules)
-	case s.multi && s.sendMulti && s.txInFlight == 0:
+	case cv.opacity != framed:
+		cv.applyOpaque(keys, h, sl.act == command.ConnAuthRules)
+	case cv.multi && cv.sendMulti && cv.txInFlight == 0:
 		// Redis confirmed MULTI and nothing can end it before this
 		// command: it is queued, and runs at EXEC.
 		for i := range keys {
 			key := keys[i].Clone()
-			s.txKeyBytes += int64(key.Size())
-			s.txEffects = append(s.txEffects, txEffect{key: key})
+			cv.txKeyBytes += int64(key.Size())
+			cv.txEffects = append(cv.txEffects, txEffect{key: key})
 		}
 		if h != holdNone {
-			s.txEffects = append(s.txEffects, txEffect{hold: h})
+			cv.txEffects = append(cv.txEffects, txEffect{hold: h})
 		}
 		sl.hold = holdNone
 	default:
-		cache := s.srv.cache
+		cache := cv.env.cache
 		for i := range keys {
-			s.writes.push(cache.BeginWrite(&keys[i]))
+			cv.writes.push(cache.BeginWrite(&keys[i]))
 			sl.stripes++
 		}
 		if h != holdNone {
@@ -243,39 +229,32 @@ func (s *session) effects(spec *command.Spec, args [][]byte, argc int64, sl *slo
 	}
 }
 
-// txEffect is one effect of a command queued in a confirmed transaction,
-// applied when EXEC is sent: a key to evict, or a hold.
-type txEffect struct {
-	key  hotcache.Key // its own bytes (Clone)
-	hold hold
-}
-
 // clearTxEffects forgets the effects of the queued transaction.
-func (s *session) clearTxEffects() {
-	clear(s.txEffects) // drop the keys: the slice's storage is reused
-	s.txEffects, s.txKeyBytes = s.txEffects[:0], 0
+func (cv *conversation) clearTxEffects() {
+	clear(cv.txEffects) // drop the keys: the slice's storage is reused
+	cv.txEffects, cv.txKeyBytes = cv.txEffects[:0], 0
 }
 
 // applyTxEffects applies the deferred effects of the transaction to the
 // EXEC being sent: its slot then holds them until EXEC's reply.
-func (s *session) applyTxEffects(sl *slot) {
+func (cv *conversation) applyTxEffects(sl *slot) {
 	var h hold
 	var keys []hotcache.Key
-	for _, e := range s.txEffects {
+	for _, e := range cv.txEffects {
 		if e.hold != holdNone {
 			h |= e.hold
 			continue
 		}
 		keys = append(keys, e.key)
 	}
-	s.clearTxEffects()
-	if s.opacity != framed {
-		s.applyOpaque(keys, h, false)
+	cv.clearTxEffects()
+	if cv.opacity != framed {
+		cv.applyOpaque(keys, h, false)
 		return
 	}
-	cache := s.srv.cache
+	cache := cv.env.cache
 	for i := range keys {
-		s.writes.push(cache.BeginWrite(&keys[i]))
+		cv.writes.push(cache.BeginWrite(&keys[i]))
 		sl.stripes++
 	}
 	if h != holdNone {
@@ -290,103 +269,91 @@ func (s *session) applyTxEffects(sl *slot) {
 // are treated like writes from outside Cicada (keys invalidated; notified
 // when they run), and anything broader empties the cache and suspends it
 // for opaqueHold, the time such a write most likely takes to run.
-func (s *session) applyOpaque(keys []hotcache.Key, h hold, rules bool) {
+func (cv *conversation) applyOpaque(keys []hotcache.Key, h hold, rules bool) {
 	for i := range keys {
-		s.srv.cache.Invalidate(&keys[i], hotcache.ReasonWrite)
+		cv.env.cache.Invalidate(&keys[i], hotcache.ReasonWrite)
 	}
 	if rules {
-		s.srv.ids.rulesChanged()
+		cv.env.ids.rulesChanged()
 	}
 	if h != holdNone || rules {
-		s.srv.suspendFor(opaqueHold)
+		cv.env.suspendFor(opaqueHold)
 	}
 }
 
 // writtenKeys resolves the keys a keyed write modifies. ok=false when some
 // key is not known (not captured).
-func (s *session) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]hotcache.Key, bool) {
+func (cv *conversation) writtenKeys(spec *command.Spec, args [][]byte, argc int64) ([]hotcache.Key, bool) {
 	if int64(len(args)) != argc {
 		return nil, false
 	}
-	refs, ok := spec.WrittenKeys(args, s.loop.refs[:0])
-	s.loop.refs = refs[:0]
+	refs, ok := spec.WrittenKeys(args, cv.loop.refs[:0])
+	cv.loop.refs = refs[:0]
 	if !ok {
 		return nil, false
 	}
-	keys := s.keysBuf[:0]
+	keys := cv.keysBuf[:0]
 	for _, r := range refs {
 		db := r.DB
 		if db == command.CurrentDB {
-			db = s.db
-			if s.sendMulti && s.txDBSet && int(s.txDB) != s.db {
+			db = cv.db
+			if cv.sendMulti && cv.txDBSet && int(cv.txDB) != cv.db {
 				// A queued SELECT may have switched the db by the time
 				// this runs: evict in both.
-				keys = append(keys, hotcache.KeyOf(int(s.txDB), args[r.Arg]))
+				keys = append(keys, hotcache.KeyOf(int(cv.txDB), args[r.Arg]))
 			}
 		}
 		keys = append(keys, hotcache.KeyOf(db, args[r.Arg]))
 	}
-	s.keysBuf = keys[:0]
+	cv.keysBuf = keys[:0]
 	return keys, true
 }
 
 // onRead handles GET key and HGET key field: a local answer, a pause, or a
 // forward that may fill the cache. ok=false for any other request.
-func (s *session) onRead(args [][]byte, argc int64) (decision, bool) {
+func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	var k hotcache.Key
 	switch {
 	case argc == 2 && len(args) == 2 && command.EqualFold(args[0], "get") && args[1] != nil:
-		if s.parser.Consumed() {
+		if cv.parser.Consumed() {
 			return 0, false // part of it went to Redis already
 		}
-		k = hotcache.KeyOf(s.db, args[1])
+		k = hotcache.KeyOf(cv.db, args[1])
 	case argc == 3 && len(args) == 3 && command.EqualFold(args[0], "hget") && args[1] != nil && args[2] != nil:
-		if s.parser.Consumed() {
+		if cv.parser.Consumed() {
 			return 0, false
 		}
-		k = hotcache.FieldKeyOf(s.db, args[1], args[2])
+		k = hotcache.FieldKeyOf(cv.db, args[1], args[2])
 	default:
 		return 0, false
 	}
-	srv := s.srv
-	if srv.cache.Off() { // cache-enabled false: a plain proxy, no counting
-		return s.forwardRead(nil), true
+	env := cv.env
+	if env.cache.Off() { // cache-enabled false: a plain proxy, no counting
+		return cv.forwardRead(nil), true
 	}
-	if s.pauseCounted {
-		s.pauseCounted = false // counted when it paused; this is the same request parsed again
+	if cv.pauseCounted {
+		cv.pauseCounted = false // counted when it paused; this is the same request parsed again
 	} else {
-		srv.det.Observe(s.loop.idx, k.ReadHash())
+		env.det.Observe(cv.loop.idx, k.ReadHash())
 	}
-	v, f := s.mayAnswer(&k)
+	v, f := cv.mayAnswer(&k)
 	switch v {
 	case answerLocal:
-		s.loop.out = append(s.loop.out, f.Reply...)
-		s.loop.stats.hits.Add(1)
+		cv.loop.out = append(cv.loop.out, f.Reply...)
+		cv.loop.stats.hits.Add(1)
 		return decideLocal, true
 	case answerAfterReplies:
-		s.pauseCounted = true
+		cv.pauseCounted = true
 		return decidePause, true
 	case answerUnsettled:
-		s.loop.stats.unsettled.Add(1)
+		cv.loop.stats.unsettled.Add(1)
 	case answerProve:
-		return s.forwardRead(&readInfo{key: k.Clone(), epoch: srv.cache.Epoch()}), true
+		return cv.forwardRead(&readInfo{key: k.Clone(), epoch: env.cache.Epoch()}), true
 	case answerFill:
-		return s.forwardFill(&k), true
+		return cv.forwardFill(&k), true
 	}
-	return s.forwardRead(nil), true
+	return cv.forwardRead(nil), true
 }
-
-// answer is mayAnswer's verdict on a GET/HGET.
-type answer uint8
-
-const (
-	answerForward      answer = iota // forward it, nothing to follow
-	answerLocal                      // answer it now with Found.Reply
-	answerAfterReplies               // pause: answerable once the replies before it are in
-	answerUnsettled                  // cached, but a notification for it is unapplied: forward
-	answerProve                      // cached for others: forward, and its reply proves this identity may read it
-	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
-)
 
 // mayAnswer is the one answer to "may this GET/HGET of k be answered from
 // the cache now?", looking k up once. All must hold for a local answer:
@@ -411,46 +378,46 @@ const (
 //
 // A key that is not cached is filled when the detector says it is hot, a
 // fill ticket is granted, and in Redis Cluster the node answers its slot.
-func (s *session) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
-	srv := s.srv
-	clustered := srv.topo.Enabled()
+func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
+	env := cv.env
+	clustered := env.topo.Enabled()
 	var f hotcache.Found
-	if s.slots.len() > 0 {
-		if s.sendMulti || s.opacity != framed {
+	if cv.slots.len() > 0 {
+		if cv.sendMulti || cv.opacity != framed {
 			return answerForward, f
 		}
-		s.checkFresh()
-		if f = srv.cache.Lookup(k, s.ident, s.proto); f.Status == hotcache.Hit &&
-			(!clustered || srv.topo.Answerable(f.HashSlot, s.readonly)) {
+		cv.checkFresh()
+		if f = env.cache.Lookup(k, cv.ident, cv.proto); f.Status == hotcache.Hit &&
+			(!clustered || env.topo.Answerable(f.HashSlot, cv.readonly)) {
 			return answerAfterReplies, f
 		}
 		return answerForward, f
 	}
-	if !s.canAnswer() {
+	if !cv.canAnswer() {
 		return answerForward, f
 	}
-	s.checkFresh()
-	f = srv.cache.Lookup(k, s.ident, s.proto)
+	cv.checkFresh()
+	f = env.cache.Lookup(k, cv.ident, cv.proto)
 	switch f.Status {
 	case hotcache.Hit:
 		switch {
-		case clustered && !srv.topo.Answerable(f.HashSlot, s.readonly):
-		case srv.idleRefresh.Load() > 0 && srv.clock.Load()-s.lastForward > srv.idleRefresh.Load():
+		case clustered && !env.topo.Answerable(f.HashSlot, cv.readonly):
+		case env.idleRefresh.Load() > 0 && env.clock.Load()-cv.lastForward > env.idleRefresh.Load():
 			// Let Redis see this one, or it closes the connection as idle.
-		case !s.loop.settled(srv.fences, k.Hash()):
+		case !cv.loop.settled(env.fences, k.Hash()):
 			// A notification of a write (from outside Cicada, perhaps
 			// acknowledged already) is on its way into the cache.
 			return answerUnsettled, f
-		case !srv.cache.Current(&f):
+		case !env.cache.Current(&f):
 		default:
 			return answerLocal, f
 		}
 	case hotcache.Unproven:
-		if !clustered || srv.topo.Answerable(f.HashSlot, s.readonly) {
+		if !clustered || env.topo.Answerable(f.HashSlot, cv.readonly) {
 			return answerProve, f
 		}
 	case hotcache.Miss:
-		if srv.det.IsHot(k.ReadHash()) {
+		if env.det.IsHot(k.ReadHash()) {
 			return answerFill, f
 		}
 	}
@@ -461,27 +428,27 @@ func (s *session) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
 // PTTL (and, for a field on a server with hash-field expiration, an HPTTL)
 // right behind it, to fill the cache from their replies; a plain forward
 // when no fill can be kept.
-func (s *session) forwardFill(k *hotcache.Key) decision {
-	srv := s.srv
-	t, ok := srv.cache.BeginFill(k)
+func (cv *conversation) forwardFill(k *hotcache.Key) decision {
+	env := cv.env
+	t, ok := env.cache.BeginFill(k)
 	// The view is read after the ticket: a view that loses the slot is
 	// published before the epoch moves (upstream.applyCluster).
-	if !ok || (srv.topo.Enabled() && !srv.topo.Answerable(cluster.Slot(k.Name()), s.readonly)) {
-		return s.forwardRead(nil)
+	if !ok || (env.topo.Enabled() && !env.topo.Answerable(cluster.Slot(k.Name()), cv.readonly)) {
+		return cv.forwardRead(nil)
 	}
-	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: srv.cache.Now()}
-	s.forwardRead(ri)
-	s.queue(slot{kind: slotSwallow})
-	s.loop.inject = resp.AppendCommand(s.loop.inject[:0], pttl, k.Name())
-	if k.IsField() && srv.settings.Commands().FieldTTL() {
+	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: env.cache.Now()}
+	cv.forwardRead(ri)
+	cv.queue(slot{kind: slotSwallow})
+	cv.loop.inject = resp.AppendCommand(cv.loop.inject[:0], pttl, k.Name())
+	if k.IsField() && env.settings.Commands().FieldTTL() {
 		// A field expires on its own (Redis 7.4+), and Redis tells only
 		// when its active expiry deletes it: the field's TTL bounds the
 		// entry too.
 		ri.fieldTTL = true
-		s.queue(slot{kind: slotSwallow})
-		s.loop.inject = resp.AppendCommand(s.loop.inject, hpttl, k.Name(), fields, one, k.Field())
+		cv.queue(slot{kind: slotSwallow})
+		cv.loop.inject = resp.AppendCommand(cv.loop.inject, hpttl, k.Name(), fields, one, k.Field())
 	}
-	s.loop.stats.fillsTried.Add(1)
+	cv.loop.stats.fillsTried.Add(1)
 	return decideInject
 }
 
@@ -492,12 +459,12 @@ var (
 	one    = []byte("1")
 )
 
-func (s *session) forwardRead(ri *readInfo) decision {
-	if s.opacity == framed {
-		s.queue(slot{kind: slotReply, read: ri})
+func (cv *conversation) forwardRead(ri *readInfo) decision {
+	if cv.opacity == framed {
+		cv.queue(slot{kind: slotReply, read: ri})
 	}
-	s.loop.stats.misses.Add(1)
-	s.loop.stats.forwarded.Add(1)
+	cv.loop.stats.misses.Add(1)
+	cv.loop.stats.forwarded.Add(1)
 	return decideForward
 }
 
@@ -563,4 +530,146 @@ func replconfMaySkipReply(args [][]byte, argc int64) bool {
 		}
 	}
 	return false
+}
+
+// queue appends a slot; every queued slot counts in the loop's in-flight
+// gauge until dequeue.
+func (cv *conversation) queue(sl slot) {
+	if sl.read != nil {
+		cv.readBytes += readInfoSize(sl.read)
+	}
+	cv.slots.push(sl)
+	cv.loop.stats.inflight.Add(1)
+	cv.timeRequest()
+}
+
+// dequeue removes the head slot.
+func (cv *conversation) dequeue() slot {
+	cv.loop.stats.inflight.Add(-1)
+	cv.replyArrived()
+	sl := cv.slots.pop()
+	if sl.read != nil {
+		cv.readBytes -= readInfoSize(sl.read)
+	}
+	return sl
+}
+
+// canAnswer reports whether confirmed state lets Cicada answer a GET/HGET
+// locally. Only meaningful when no reply is outstanding. A subscribed
+// connection (RESP3 allows GET there) is always forwarded: Redis may have
+// sent it a message that is still on its way through Cicada, and a local
+// answer could overtake it.
+func (cv *conversation) canAnswer() bool {
+	return cv.accepted && !cv.multi && !cv.sendMulti && !cv.tracking && cv.opacity == framed && !cv.subscribed()
+}
+
+func (cv *conversation) subscribed() bool { return cv.subs[0]+cv.subs[1]+cv.subs[2] > 0 }
+
+// protocolError handles a request Redis will reject with a protocol error:
+// Redis replies and closes the connection; Cicada passes the reply on and
+// drops whatever the client sends after the bad request.
+func (cv *conversation) protocolError() {
+	cv.input = inputProtocolError
+	cv.pushOpaque()
+}
+
+// pushOpaque queues the point after which replies pass unframed.
+func (cv *conversation) pushOpaque() {
+	if cv.opacity == framed {
+		cv.opacity = opaqueAhead
+	}
+	cv.queue(slot{kind: slotOpaque})
+	cv.advance()
+}
+
+// dropSlots forgets every queued request whose reply will not be followed:
+// its writes end and its holds are released with a flush (it may run, or
+// have run, unobserved; its notifications do the rest).
+func (cv *conversation) dropSlots() {
+	for cv.slots.len() > 0 {
+		sl := cv.dequeue()
+		cv.releaseWrites(sl.stripes)
+		if sl.hold != holdNone {
+			cv.env.cache.Flush()
+			sl.held.Release()
+		}
+	}
+}
+
+// abandonTx forgets a transaction whose EXEC will not be followed (the
+// connection closed or turned opaque): its writes end, its holds become a
+// flush and an opaqueHold suspension.
+func (cv *conversation) abandonTx() {
+	cache := cv.env.cache
+	for _, st := range cv.multiStripes {
+		cache.EndWrite(st)
+	}
+	if len(cv.multiHolds) > 0 || cv.multiRules {
+		cv.env.suspendFor(opaqueHold)
+	}
+	for _, q := range cv.multiHolds {
+		q.held.Release()
+	}
+	cv.multiStripes, cv.multiHolds, cv.multiActs = cv.multiStripes[:0], cv.multiHolds[:0], cv.multiActs[:0]
+	cv.multiRewrites = cv.multiRewrites[:0]
+	cv.clearTxEffects()
+	cv.multiRules = false
+}
+
+// releaseWrites ends the n oldest in-flight writes.
+func (cv *conversation) releaseWrites(n int32) {
+	for ; n > 0; n-- {
+		cv.env.cache.EndWrite(cv.writes.pop())
+	}
+}
+
+// setFresh gives s the initial identity of a connection that has not
+// authenticated (at connect and after RESET).
+func (cv *conversation) setFresh() {
+	cv.ident, cv.freshGen = cv.env.ids.fresh()
+	cv.user, cv.userAnon = "", false
+}
+
+// setUser records the ACL user Redis confirmed the connection as, for the
+// HOTKEYS permission check; "" (a valid user name, but the never-
+// authenticated sentinel there) counts as one Cicada cannot name.
+func (cv *conversation) setUser(user string, anon bool) {
+	cv.user, cv.userAnon = user, anon || user == ""
+}
+
+// setIdent gives s an identity Redis confirmed (AUTH, HELLO AUTH) or an
+// anonymous one.
+func (cv *conversation) setIdent(id hotcache.Ident) {
+	cv.ident, cv.freshGen = id, 0
+}
+
+// checkFresh runs before every cache lookup: an initial identity from
+// before a rules change may stand for a connection Redis authenticated
+// and one it did not (see identities); it becomes anonymous.
+func (cv *conversation) checkFresh() {
+	if cv.freshGen != 0 && cv.freshGen != cv.env.ids.gen.Load() {
+		cv.setIdent(cv.env.ids.anonymous())
+	}
+}
+
+// timeRequest starts timing the request just queued on s when none of s's
+// is being timed: one request per round trip per connection is timed, so
+// a pipeline of 16 costs one clock read, not 16.
+func (cv *conversation) timeRequest() {
+	if cv.timedLeft == 0 {
+		cv.timedLeft = cv.slots.len()
+		cv.timedAt = time.Now()
+	}
+}
+
+// replyArrived counts down to the timed request's reply and records its
+// latency.
+func (cv *conversation) replyArrived() {
+	if cv.timedLeft == 0 {
+		return
+	}
+	cv.timedLeft--
+	if cv.timedLeft == 0 {
+		cv.loop.stats.upstream.observe(time.Since(cv.timedAt))
+	}
 }

@@ -1,0 +1,322 @@
+package proxy
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
+	"github.com/cicada-proxy/cicada/detector"
+	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/resp"
+)
+
+// slotKind says how a queued request's replies are consumed.
+type slotKind uint8
+
+const (
+	slotReply   slotKind = iota // one reply, forwarded to the client
+	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
+	slotSwallow                 // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
+	slotOpaque                  // from here on, replies pass through unframed
+)
+
+// hold is a cache suspension a slot keeps until its reply (one Suspend),
+// with what its release must do first.
+type hold uint8
+
+const (
+	holdNone   hold = 0
+	holdFence  hold = 1 << iota // release through a notification fence (writes of unknown keys)
+	holdFlush                   // flush the cache before releasing (FLUSHALL, FLUSHDB, SWAPDB, ...)
+	holdVerify                  // release through a fence that re-checks notify-keyspace-events (CONFIG SET)
+)
+
+// opacity is whether Cicada still follows a connection's replies. It only
+// moves forward: framed, opaqueAhead, opaque.
+type opacity uint8
+
+const (
+	// framed: every reply is framed and matched to its request.
+	framed opacity = iota
+	// opaqueAhead: a request after which replies cannot be counted was
+	// sent (CLIENT REPLY OFF|SKIP, REPLCONF ACK, MONITOR, SYNC, a protocol
+	// error, a failed AUTH whose error Redis may drop): the requests after
+	// it are not followed (no local answers, no bookkeeping; their writes
+	// are invalidated like writes from outside Cicada), the replies before
+	// it still are.
+	opaqueAhead
+	// opaque: that point was reached: replies pass through unframed, for
+	// the rest of the connection; a transaction in progress is abandoned.
+	opaque
+)
+
+// input is what becomes of what the client sends next.
+type input uint8
+
+const (
+	inputOpen          input = iota // parsed, then answered or forwarded
+	inputQuit                       // QUIT was sent: Redis reads nothing after it; dropped, as Redis does
+	inputProtocolError              // a protocol error was sent: Redis closes; dropped (opacity is not framed)
+)
+
+// replyMode is what happens to the bytes of the reply being framed.
+type replyMode uint8
+
+const (
+	replyPass            replyMode = iota // passed to the client as they arrive
+	replySwallow                          // Cicada's own PTTL or HPTTL: dropped
+	replyCapture                          // passed, and copied for a fill (captureBytes)
+	replyRewriteTopology                  // held whole, its node addresses rewritten (Config.AddrMap)
+	replyRewriteExec                      // EXEC's reply, held whole, its topology elements rewritten
+	replyRewriteError                     // an error, held whole while it may be a -MOVED or -ASK to rewrite
+)
+
+// withheld reports whether the reply's bytes wait in Cicada instead of
+// going to the client as they arrive.
+func (m replyMode) withheld() bool { return m == replySwallow || m.rewrites() }
+
+// rewrites reports whether the reply is held whole in rewriteBuf.
+func (m replyMode) rewrites() bool { return m >= replyRewriteTopology }
+
+// queuedHold is the hold of a command queued in a transaction, kept until
+// EXEC's reply.
+type queuedHold struct {
+	kind hold
+	held *hotcache.Hold
+}
+
+// slot is one forwarded request waiting for its reply.
+type slot struct {
+	kind    slotKind
+	act     command.ConnEffect // the state change its reply confirms
+	hold    hold
+	subKind command.SubKind
+	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
+	stripes int32 // write stripes to release (front of session.stripes)
+	arg     int64
+	user    string
+	auth    bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
+	anon    bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
+	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
+	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
+	rewrite cluster.Reply
+	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
+	read    *readInfo      // GET/HGET bookkeeping, rare
+	hk      *hkReq         // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
+}
+
+// queuedAct is a connection state change queued in a transaction: it takes
+// effect at EXEC if element idx of EXEC's reply is not an error.
+type queuedAct struct {
+	idx int
+	sl  slot
+}
+
+// readInfo follows a forwarded GET/HGET whose reply Cicada wants: a fill
+// (the key is hot and not cached) or a proof that this identity may read a
+// cached reply.
+type readInfo struct {
+	key    hotcache.Key // its own bytes (Clone)
+	fill   bool
+	ticket hotcache.Ticket
+	epoch  uint64 // cache epoch at send, for a proof of permission
+	sentAt int64
+	// fieldTTL: an HPTTL for the field follows the PTTL (a server with
+	// hash-field expiration).
+	fieldTTL bool
+	// Set when the GET/HGET reply arrived and the PTTL reply is awaited.
+	reply    []byte
+	isNil    bool
+	valueLen int
+	// expireAt is the key's expiry from the PTTL reply (0: none), kept
+	// while the HPTTL reply is awaited (awaitHPTTL).
+	expireAt   int64
+	awaitHPTTL bool
+}
+
+// convEnv is what every conversation shares, set up by New: the cache, the
+// detector, the control plane's fences and settings, the cluster view,
+// the identities, the address map, and the coarse clock. The fields are
+// set before the engine starts and not changed after; what they point to
+// is safe for concurrent use.
+type convEnv struct {
+	cache    *hotcache.Cache
+	det      *detector.Detector
+	fences   Fences
+	settings Settings
+	topo     *cluster.Topology // Topology.Cluster()
+	ids      *identities
+	addrMap  *cluster.AddrMap // Config.AddrMap
+	// clock is a coarse monotonic clock (ns since start) advanced by the
+	// janitor every sub-window, read on the hit path instead of the time.
+	clock atomic.Int64
+	// idleRefresh is half Redis's idle timeout in ns (0: none): a
+	// connection whose requests were all answered locally for that long has
+	// its next GET forwarded, so Redis does not close it as idle.
+	idleRefresh atomic.Int64
+}
+
+// suspendFor flushes the cache and suspends it for d.
+func (e *convEnv) suspendFor(d time.Duration) {
+	held := e.cache.Hold()
+	e.cache.Flush()
+	time.AfterFunc(d, func() {
+		e.cache.Flush()
+		held.Release()
+	})
+}
+
+// newConversation returns the conversation of a new client connection of
+// loop: RESP2, db 0, the identity of a connection that has not
+// authenticated, nothing confirmed yet.
+func newConversation(env *convEnv, loop *loopState) conversation {
+	return conversation{env: env, loop: loop, parser: resp.NewRequestParser(), proto: 2}
+}
+
+// conversation is the state of one client connection as Redis sees it,
+// and the rules that follow it: what each request does (forward, answer
+// from the cache, pause, fill), what each reply confirms, and what the
+// cache must not serve meanwhile. It holds no connection: the session
+// (the gnet adapter) feeds it parsed requests (onCommand) and reply frames
+// (startFrame, onFrame) and does the I/O it decides. Owned by the
+// session's event loop.
+//
+// Its state machines, each a typed value or a small group of fields:
+//
+//   - opacity (framed, opaqueAhead, opaque) and input (open, quit,
+//     protocol error): whether replies are still followed, and whether
+//     what the client sends next is read. Both only move forward.
+//   - the transaction: sendMulti (MULTI sent, EXEC/DISCARD/RESET not
+//     yet), multi (confirmed by Redis), txInFlight, and what queued
+//     commands will do at EXEC (multiStripes, multiHolds, multiActs,
+//     txEffects, multiRules, multiRewrites). Only framed connections
+//     follow one; going opaque abandons it (goOpaque).
+//   - the reply mode of the reply being framed (reply, replyMode).
+//   - the state Redis confirmed: db, proto, ident/user, tracking,
+//     readonly, subs, accepted.
+//
+// A local answer needs all of: no reply outstanding, framed, input open,
+// no transaction, not subscribed, not tracking (mayAnswer states every
+// rule).
+type conversation struct {
+	env    *convEnv
+	loop   *loopState
+	parser *resp.RequestParser
+	framer resp.ReplyFramer // Redis's replies; the last one's summary (EXEC's element types)
+	slots  ring[slot]
+	writes ring[uint32] // stripes of forwarded writes, in slot order
+
+	// Connection state as Redis confirmed it (replies processed so far).
+	db    int
+	proto int
+	ident hotcache.Ident
+	// freshGen is the identities gen of ident when ident is an initial
+	// (unauthenticated) number, 0 otherwise (gens start at 1).
+	freshGen uint64
+	user     string // ACL user Redis authenticated the connection as; "" if it never authenticated
+	userAnon bool   // authenticated as a user Cicada cannot name (or the user "")
+	multi    bool
+	tracking bool
+	readonly bool     // READONLY confirmed (Redis Cluster): a replica answers its master's slots
+	subs     [3]int64 // channels, patterns, shard channels
+
+	// Send side.
+	sendMulti       bool    // MULTI sent, EXEC/DISCARD/RESET not yet sent
+	opacity         opacity // whether replies are still followed (opaque mode)
+	input           input   // what becomes of what the client sends next
+	opaqueAfterExec bool    // a (un)subscribe command was queued: EXEC makes the connection opaque
+	multiRules      bool    // CONFIG SET or ACL changes queued in MULTI
+	opaqueDBUnknown bool    // a SELECT or RESET was sent in opaque mode: the db is not known
+	paused          bool    // parsing waits until every reply is in
+	pauseCounted    bool    // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
+
+	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
+	multiStripes []uint32
+	multiHolds   []queuedHold
+	// State changes queued inside MULTI, applied from EXEC's reply.
+	multiActs []queuedAct
+	// Effects of commands sent in a confirmed transaction, applied when
+	// EXEC is sent (see effects).
+	txEffects  []txEffect
+	txInFlight int   // MULTI, EXEC and DISCARD sent and not yet answered
+	txQueued   int   // commands Redis answered +QUEUED since MULTI
+	txState    bool  // a state change was sent in MULTI: pause after EXEC
+	txDB       int64 // the db a queued SELECT switches to at EXEC
+	txDBSet    bool  // ... when one was queued
+	// accepted is set by Redis's first reply that is not an error: until
+	// then Redis may still refuse the connection (maxclients, protected
+	// mode), so nothing is answered locally.
+	accepted bool
+	// lastForward is the coarse clock when a request last went to Redis,
+	// so a connection Redis would time out is refreshed (see idleRefresh).
+	lastForward int64
+
+	// Reply side, per frame: what is done with the bytes of the reply being
+	// framed (set at its first byte, replyPass again once it is complete).
+	reply replyMode
+	// A rewritten reply is held whole (rewriteBuf) until complete: a
+	// topology reply of kind rewriting (replyRewriteTopology), EXEC's with
+	// rewriteExec's elements (replyRewriteExec), or an error.
+	rewriting   cluster.Reply
+	rewriteExec []cluster.ExecElem
+	rewriteBuf  []byte
+	// multiRewrites are the topology commands queued in the confirmed
+	// transaction, by their index in EXEC's reply.
+	multiRewrites []cluster.ExecElem
+	capture       []byte
+	// captureOverflow: the captured reply outgrew what the cache keeps;
+	// read when the reply is complete, reset at the next capture.
+	captureOverflow bool
+	keysBuf         []hotcache.Key
+	// A fill whose GET/HGET reply arrived; its PTTL reply comes next.
+	pendingFill *readInfo
+
+	// Bookkeeping the limits charge (limits.go): held by the readInfo of
+	// queued slots, and by the keys in txEffects.
+	readBytes  int64
+	txKeyBytes int64
+	// opaquePubsub: EXEC of a (un)subscribe made the connection opaque:
+	// pubsub output limits apply.
+	opaquePubsub bool
+
+	// Upstream latency (queue, dequeue): the request being timed is the
+	// timedLeft-th slot from the head; 0 when none is.
+	timedLeft int
+	timedAt   time.Time
+
+	// HOTKEYS (hotkeys.go): the record of the head request, whose reply
+	// may be the frame being read.
+	hkFrame *hkReq
+	hkBytes uint64 // bytes of hkFrame's reply so far
+	hkNs    int64  // event-loop time framing it so far (sampled only)
+}
+
+// decision is what processClient does with a complete request.
+type decision uint8
+
+const (
+	decideForward decision = iota // send it to Redis (slot queued)
+	decideLocal                   // answered from the cache (reply in loop.out)
+	decidePause                   // stop parsing until every reply is in
+	decideInject                  // forward it and loop.inject right behind it
+)
+
+// txEffect is one effect of a command queued in a confirmed transaction,
+// applied when EXEC is sent: a key to evict, or a hold.
+type txEffect struct {
+	key  hotcache.Key // its own bytes (Clone)
+	hold hold
+}
+
+// answer is mayAnswer's verdict on a GET/HGET.
+type answer uint8
+
+const (
+	answerForward      answer = iota // forward it, nothing to follow
+	answerLocal                      // answer it now with Found.Reply
+	answerAfterReplies               // pause: answerable once the replies before it are in
+	answerUnsettled                  // cached, but a notification for it is unapplied: forward
+	answerProve                      // cached for others: forward, and its reply proves this identity may read it
+	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
+)
