@@ -673,3 +673,35 @@ func (cv *conversation) replyArrived() {
 		cv.loop.stats.upstream.observe(time.Since(cv.timedAt))
 	}
 }
+
+// shrink frees the buffers grown past their initial size, unless a
+// request is in flight (no reply unanswered, no command half parsed, no
+// fill pending): reports whether it did.
+func (cv *conversation) shrink() bool {
+	if cv.slots.len() > 0 || cv.reply == replyCapture || cv.pendingFill != nil {
+		return false
+	}
+	// keysBuf's storage holds slices of the parser's buffer: a parser
+	// buffer let go must not stay reachable through it.
+	if cv.parser.Shrink() || cap(cv.keysBuf) > shrinkSlack {
+		cv.keysBuf = nil
+	}
+	cv.slots.shrink()
+	cv.writes.shrink()
+	if cap(cv.capture) > shrinkSlack<<10 {
+		cv.capture = nil
+	}
+	if len(cv.txEffects) == 0 && cap(cv.txEffects) > shrinkSlack {
+		cv.txEffects = nil
+	}
+	if len(cv.multiActs) == 0 && cap(cv.multiActs) > shrinkSlack {
+		cv.multiActs = nil
+	}
+	if len(cv.multiStripes) == 0 && cap(cv.multiStripes) > shrinkSlack {
+		cv.multiStripes = nil
+	}
+	if len(cv.multiHolds) == 0 && cap(cv.multiHolds) > shrinkSlack {
+		cv.multiHolds = nil
+	}
+	return true
+}

@@ -1,16 +1,9 @@
 package proxy
 
 import (
-	"cmp"
 	"encoding/base64"
-	"encoding/json"
-	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/cicada-proxy/cicada/hotcache"
 )
 
 // Bounds of /debug/hotkeys?limit=N.
@@ -54,66 +47,6 @@ type HotKeys struct {
 	Limit     int      `json:"limit"`
 	Suspended bool     `json:"suspended"`
 	Keys      []HotKey `json:"keys"`
-}
-
-// hotKeysHandler serves /debug/hotkeys: the cached hot keys and hash
-// fields with their current rate. Runs on the local admin HTTP
-// goroutines; it reads the cache (lock-free) and the detector (atomic
-// loads).
-func (srv *Server) hotKeysHandler(w http.ResponseWriter, r *http.Request) {
-	limit := defaultHotKeysLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxHotKeysLimit {
-			http.Error(w, "limit must be an integer from 1 to "+strconv.Itoa(maxHotKeysLimit)+"\n", http.StatusBadRequest)
-			return
-		}
-		limit = n
-	}
-	body := srv.hotKeys(limit)
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(body)
-}
-
-// hotKeys lists the cache's replies, highest rate first, at most limit.
-func (srv *Server) hotKeys(limit int) HotKeys {
-	suspended := srv.cache.Suspended()
-	var keys []HotKey
-	srv.cache.Items(func(it hotcache.Item) {
-		k := HotKey{DB: it.DB, OpsPerSec: srv.det.Estimate(it.Hash), Cached: !it.Expired && !suspended, Bytes: it.Bytes, Nil: it.Nil}
-		k.Key, k.KeyBase64 = jsonText(it.Key)
-		if it.IsField {
-			f, b := jsonText(it.Field)
-			k.Field, k.FieldBase64 = &f, b
-		}
-		keys = append(keys, k)
-	})
-	slices.SortFunc(keys, func(a, b HotKey) int {
-		if c := cmp.Compare(b.OpsPerSec, a.OpsPerSec); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.DB, b.DB); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		var fa, fb string
-		if a.Field != nil {
-			fa = *a.Field
-		}
-		if b.Field != nil {
-			fb = *b.Field
-		}
-		return strings.Compare(fa, fb)
-	})
-	out := HotKeys{Total: len(keys), Limit: limit, Suspended: suspended, Keys: keys[:min(limit, len(keys))]}
-	if out.Keys == nil {
-		out.Keys = []HotKey{}
-	}
-	return out
 }
 
 // jsonText returns s for a JSON string, and its base64 when s is not valid

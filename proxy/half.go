@@ -29,7 +29,7 @@ import (
 // unprocessed bytes are copied out of gnet's buffer, and a halfConn
 // stands in for the client. Every request is forwarded as usual, then
 // any incomplete one, and the upstream connection is shut down for
-// writing (halfProgress): Redis sees exactly what a direct client would
+// writing (halfConn.progress): Redis sees exactly what a direct client would
 // have sent, EOF included, processes it, answers, and closes the
 // connection when it reads the EOF, which ends the session
 // (onUpstreamClose). Replies are written to the socket as they come, as
@@ -66,7 +66,7 @@ func readEOF(err error) bool {
 	return errors.As(err, &se) && se.Syscall == "read" && errors.Is(err, io.EOF)
 }
 
-// halfClose is called from the client connection's OnClose when the peer
+// halfClose is called from the client connection of s's OnClose when the peer
 // ended it (err is the reason gnet gives). If the session has work Redis
 // would still do (requests unprocessed or unanswered, bytes queued for
 // Redis, an opaque connection whose replies Cicada does not count), it
@@ -75,7 +75,7 @@ func readEOF(err error) bool {
 // reach the client only after a read EOF, and only if gnet had written
 // every earlier reply (Redis too drops what a client has not taken when
 // it frees it).
-func (s *session) halfClose(c gnet.Conn, err error) bool {
+func halfClose(s *session, c gnet.Conn, err error) bool {
 	if s.closed || s.gone || s.upClosed || s.srv.draining.Load() {
 		return false
 	}
@@ -98,20 +98,20 @@ func (s *session) halfClose(c gnet.Conn, err error) bool {
 		h.in = append([]byte(nil), buf...)
 	}
 	s.client = h
-	s.halfProgress()
+	h.progress()
 	return true
 }
 
-// halfProgress forwards what the half-closed client sent, once the
+// progress forwards what the half-closed client sent, once the
 // upstream connection is up: requests as usual until one would pause,
 // then the rest of its bytes unframed (a paused request, an incomplete
 // one, which Redis sees incomplete too), and shuts the upstream
 // connection down for writing: Redis reads the EOF the client sent.
-func (s *session) halfProgress() {
+func (h *halfConn) progress() {
+	s := h.s
 	if s.closed || s.gone || s.upShut || s.up == nil || s.srv.draining.Load() {
 		return
 	}
-	h := s.client.(*halfConn)
 	if !s.paused {
 		s.processClient()
 	}
@@ -137,20 +137,20 @@ func (s *session) halfProgress() {
 		_, _ = s.up.Write(rest)
 	}
 	h.in, h.off, s.partial = nil, 0, nil
-	s.shutUpstream()
+	h.shutUpstream()
 }
 
 // shutUpstream shuts the upstream connection down for writing once gnet
 // has sent Redis every byte queued for it, polling until then (gnet has
 // no "drained" callback): a byte written after the shutdown would fail
 // and close the connection.
-func (s *session) shutUpstream() {
+func (h *halfConn) shutUpstream() {
+	s := h.s
 	if s.gone || s.upShut {
 		return
 	}
 	if s.up.OutboundBuffered() > 0 {
-		h := s.client.(*halfConn)
-		h.after(func() { s.shutUpstream() })
+		h.after(h.shutUpstream)
 		return
 	}
 	s.upShut = true

@@ -207,10 +207,3 @@ func (s *session) untrack() {
 		l.addHeld(s.srv, -s.held)
 	}
 }
-
-// addHeld changes what the loop's heavy clients hold by d bytes, in the
-// loop's count and in the server's total over all loops.
-func (l *loopState) addHeld(srv *Server, d int64) {
-	l.held += d
-	srv.clientHeld.Add(d)
-}

@@ -66,11 +66,6 @@ var (
 		"FLUSHALL/FLUSHDB executed by Redis (from any client), each emptying the cache.", nil, nil)
 )
 
-// Collector exports the server's metrics to Prometheus. It reads the
-// per-loop counters at scrape time, so counting costs the hot path one
-// uncontended atomic add.
-func (srv *Server) Collector() prometheus.Collector { return collector{srv} }
-
 type collector struct{ srv *Server }
 
 // Describe implements prometheus.Collector.
@@ -147,18 +142,3 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
-
-// Hits returns the GET/HGET requests answered locally since start, summed
-// over the loops. Safe from any goroutine.
-func (srv *Server) Hits() uint64 {
-	var n uint64
-	for _, l := range srv.loopList() {
-		n += l.stats.hits.Load()
-	}
-	return n
-}
-
-// UpstreamErrors returns cicada_upstream_errors_total: upstream
-// connections that could not be made and invalid replies from Redis,
-// since start. Safe from any goroutine.
-func (srv *Server) UpstreamErrors() uint64 { return srv.upstreamErrors.Load() }

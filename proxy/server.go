@@ -179,53 +179,6 @@ type Server struct {
 // looks at (about 250 notifications) before it stops serving any hit.
 const unappliedPeek = 16 << 10
 
-// loopState is per-event-loop scratch and statistics. Scratch fields are
-// used only by the loop's goroutine; stats are atomics read by metrics.
-type loopState struct {
-	idx    int
-	out    []byte   // local answers of the current batch
-	upv    [][]byte // bytes to forward upstream
-	downv  [][]byte // reply bytes to pass to the client
-	inject []byte   // Cicada's PTTL for a fill
-	// heavy are this loop's sessions that held at least heavyBytes at a
-	// check, until their client connection's OnClose; grown counts bytes
-	// their buffers grew by since they were last summed into held, the
-	// loop's share of srv.clientHeld (see chargeMemory).
-	heavy map[*session]struct{}
-	grown int64
-	held  int64
-	// sessions are the loop's open client sessions (half-closed ones
-	// included), for the idle sweep (sweep.go); session.loopIdx is each
-	// one's index. Owned by the loop, like the scratch fields.
-	sessions []*session
-	// Fences.Unapplied for the connection being processed, asked at
-	// its first cache hit (see settled).
-	unappliedAsked bool
-	unappliedAll   bool
-	unapplied      []uint64
-	peek           []byte // Unapplied's scratch
-	refs           []command.KeyRef
-	stats          *loopStats
-	// hkFree are spare hot-key records of forwarded requests (hotkeys.go),
-	// reused so that a HOTKEYS session does not allocate per request.
-	hkFree []*hkReq
-}
-
-// loopStats are counters owned by one loop (the only writer), padded so
-// loops do not share cache lines.
-type loopStats struct {
-	_          [64]byte
-	hits       atomic.Uint64 // GET/HGET answered locally
-	misses     atomic.Uint64 // GET/HGET forwarded
-	forwarded  atomic.Uint64 // requests forwarded
-	fillsTried atomic.Uint64 // fills started (PTTL sent)
-	fills      atomic.Uint64 // fills kept
-	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
-	inflight   atomic.Int64  // requests awaiting a reply
-	upstream   latencyHist   // forwarded request to its reply, one per round trip per connection
-	_          [64]byte
-}
-
 // New returns a server over the shared cache, detector and control plane.
 func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream) (*Server, error) {
 	switch {
@@ -534,4 +487,23 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.s.onUpstreamClose(c)
 	}
 	return gnet.None
+}
+
+// sweepLoops has every event loop shrink its idle sessions. From the
+// janitor.
+func (srv *Server) sweepLoops() {
+	srv.loopsMu.Lock()
+	loops := make(map[gnet.EventLoop]*loopState, len(srv.loops))
+	for el, l := range srv.loops {
+		loops[el] = l
+	}
+	srv.loopsMu.Unlock()
+	now := srv.clock.Load()
+	for el, l := range loops {
+		// Fails only once the engine is stopping: nothing to shrink then.
+		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			l.shrinkIdle(now)
+			return nil
+		}))
+	}
 }

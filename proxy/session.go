@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/resp"
 )
 
@@ -249,30 +250,6 @@ func (s *session) processClient() {
 	}
 }
 
-// settled reports whether a cached reply of the key with hash h may be
-// served: no keyspace notification for it (or a flush) has reached Cicada
-// without being applied. Fences are asked once per processClient call,
-// at its first cache hit. Once is enough: every request in the batch was
-// sent before Cicada read it, so a write acknowledged before any of them
-// was sent has its notification in Cicada's socket by then (or applied),
-// and a write acknowledged later is concurrent with the reads still
-// unanswered.
-func (l *loopState) settled(fences Fences, h uint64) bool {
-	if !l.unappliedAsked {
-		l.unappliedAsked = true
-		l.unapplied, l.unappliedAll = fences.Unapplied(l.unapplied[:0], l.peek)
-	}
-	if l.unappliedAll {
-		return false
-	}
-	for _, u := range l.unapplied {
-		if u == h {
-			return false
-		}
-	}
-	return true
-}
-
 // localFlush is how many bytes of local answers a batch collects before
 // writing them to the client (and checking its output limits).
 const localFlush = 64 << 10
@@ -293,8 +270,8 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	s.up = c
-	if _, half := s.client.(*halfConn); half {
-		s.halfProgress()
+	if h, half := s.client.(*halfConn); half {
+		h.progress()
 	} else {
 		s.processClient()
 	}
@@ -305,7 +282,7 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 // client ended it with work left for Redis, the session goes on without
 // it (halfClose); otherwise it is torn down.
 func (s *session) onClientClose(c gnet.Conn, err error) {
-	if err != nil && s.halfClose(c, err) {
+	if err != nil && halfClose(s, c, err) {
 		return
 	}
 	s.finishClose()
@@ -399,8 +376,8 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	}
 	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
 		s.paused = false
-		if _, half := s.client.(*halfConn); half {
-			s.halfProgress()
+		if h, half := s.client.(*halfConn); half {
+			h.progress()
 		} else {
 			s.processClient()
 		}
@@ -563,4 +540,171 @@ func (s *session) salvage(c gnet.Conn) {
 	if buf != nil {
 		_, _ = s.fromUpstream(buf)
 	}
+}
+
+// shrink frees the buffers of s grown past their initial size, if
+// nothing is in flight (see shrinkEvery): the conversation's, and a
+// request in progress kept in partial keeps its bytes, not the room a
+// large pipeline once needed.
+func (s *session) shrink() {
+	if s.closed || !s.conversation.shrink() {
+		return
+	}
+	if s.partial != nil && cap(s.partial) > shrinkSlack<<10 && cap(s.partial) > 4*len(s.partial) {
+		s.partial = append(make([]byte, 0, len(s.partial)), s.partial...)
+	}
+}
+
+// onRequest decides a complete request: HOTKEYS, which Cicada answers
+// itself (onHotkeys), or whatever the conversation decides (onCommand).
+func (s *session) onRequest(n int) decision {
+	if args := s.parser.Args(); len(args) > 0 && hotkeys.Is(args[0]) {
+		if d, ok := s.onHotkeys(args, s.parser.Argc()); ok {
+			return d
+		}
+	}
+	return s.onCommand(n)
+}
+
+// onRequestCounted is onRequest while a HOTKEYS session is active: it
+// counts the request (see above) around the same decision.
+func (s *session) onRequestCounted(n int) decision {
+	args, argc := s.parser.Args(), s.parser.Argc()
+	key := hkKey(s.srv.settings.Commands(), args, argc)
+	if key == nil {
+		return s.onRequest(n)
+	}
+	l := s.loop
+	tk, ok := s.srv.hk.Begin(l.idx)
+	if !ok {
+		return s.onRequest(n)
+	}
+	var t0 time.Time
+	if tk.Sampled {
+		t0 = time.Now()
+	}
+	outBefore, slotsBefore := len(l.out), s.slots.len()
+	d := s.onRequest(n)
+	var ns int64
+	if tk.Sampled {
+		ns = int64(time.Since(t0))
+	}
+	switch d {
+	case decidePause:
+		return d // counted when it is parsed again
+	case decideLocal:
+		s.srv.hk.Record(l.idx, tk, key, uint64(n+len(l.out)-outBefore), ns)
+		return d
+	}
+	if s.slots.len() > slotsBefore {
+		if sl := s.slots.at(slotsBefore); sl.kind == slotReply {
+			var r *hkReq
+			if k := len(l.hkFree); k > 0 {
+				r, l.hkFree = l.hkFree[k-1], l.hkFree[:k-1]
+			} else {
+				r = &hkReq{}
+			}
+			r.tk, r.key, r.net, r.ns = tk, append(r.key[:0], key...), uint64(n), ns
+			sl.hk = r
+			return d
+		}
+	}
+	// No reply Cicada follows (an opaque connection): the request only.
+	s.srv.hk.Record(l.idx, tk, key, uint64(n), ns)
+	return d
+}
+
+// hkFrameDone runs when a frame read while the head request had a record
+// ends; t0 is when its last chunk started to be framed. If the frame
+// settled the request, the request is recorded with the reply's bytes and
+// time; if not (a RESP2 pub/sub message came first), the frame is not the
+// key's and is forgotten.
+func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
+	if r.tk.Sampled {
+		s.hkNs += int64(time.Since(t0))
+	}
+	bytes, ns := s.hkBytes, s.hkNs
+	s.hkFrame, s.hkBytes, s.hkNs = nil, 0, 0
+	if s.slots.len() > 0 && s.slots.front().hk == r {
+		return // still waiting for its reply
+	}
+	r.net += bytes
+	r.ns += ns
+	l := s.loop
+	s.srv.hk.Record(l.idx, r.tk, r.key, r.net, r.ns)
+	// The pool keeps what a steady stream reuses, not what a burst of
+	// requests in flight (or of long keys) once needed.
+	if len(l.hkFree) < hkFreeMax && cap(r.key) <= hkFreeKeyMax {
+		l.hkFree = append(l.hkFree, r)
+	}
+}
+
+// onHotkeys answers HOTKEYS, or ok=false to forward it: inside MULTI
+// (Cicada cannot put its reply inside EXEC's), in RESP2 subscribed mode
+// (Redis refuses it there), on an opaque connection, when an argument is
+// beyond what the parser captured, or when part of it already went to
+// Redis (a header of more than 10 arguments, a streamed argument). A HOTKEYS behind unanswered replies
+// waits for them, like a cached GET.
+//
+// Order of checks, as Redis's processCommand: subcommand and arity
+// (hotkeys.Lookup), authentication and ACL (permission, answered from
+// permCache or after an ACL GETUSER lookup that pauses the connection),
+// then the subcommand itself.
+func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
+	if int64(len(args)) != argc || (argc >= 2 && args[1] == nil) || s.parser.Consumed() ||
+		s.sendMulti || s.opacity != framed || (s.proto == 2 && s.subscribed()) {
+		return 0, false // Consumed: part of it went to Redis already
+	}
+	if s.slots.len() > 0 {
+		return decidePause, true
+	}
+	l := s.loop
+	sub, out, ok := hotkeys.Lookup(l.out, args, argc)
+	l.out = out
+	if !ok {
+		return decideLocal, true
+	}
+	if s.srv.cfg.ACLUser != nil {
+		if s.userAnon {
+			l.out = append(l.out, "-ERR Cicada cannot check HOTKEYS against this connection's ACL user: its name was not seen\r\n"...)
+			return decideLocal, true
+		}
+		name, fresh := s.user, s.user == ""
+		if fresh {
+			name = "default"
+		}
+		u, err, ready := s.srv.perms.lookup(s, name)
+		if !ready {
+			s.aclWait = true
+			return decidePause, true
+		}
+		s.aclWait = false
+		if err != nil {
+			l.out = append(l.out, "-ERR Cicada could not check HOTKEYS against the connection's ACL user: "...)
+			l.out = append(l.out, oneLine(err.Error())...)
+			l.out = append(l.out, '\r', '\n')
+			return decideLocal, true
+		}
+		if p := hotkeys.Check(u, fresh, sub); p != hotkeys.Allowed {
+			l.out = hotkeys.AppendDenied(l.out, p, name, sub)
+			return decideLocal, true
+		}
+	}
+	l.out = s.srv.hk.Execute(l.out, sub, args, s.proto)
+	return decideLocal, true
+}
+
+// aclLooked runs on the loop when the ACL lookup this connection waited
+// for is done: it parses the HOTKEYS request again (answered from the
+// cache now, or with the lookup's error).
+func (s *session) aclLooked(gnet.Conn, error) error {
+	if s.aclWait && s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
+		s.paused = false
+		if h, half := s.client.(*halfConn); half {
+			h.progress()
+		} else {
+			s.processClient()
+		}
+	}
+	return nil
 }
