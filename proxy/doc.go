@@ -2,6 +2,31 @@
 // and HGET requests from the hot cache and forward everything else to Redis,
 // byte for byte and in order.
 //
+// # Layers
+//
+// Each layer uses only the ones below it; none reaches back up:
+//
+//	Server (server.go, admin.go)        gnet engine callbacks, dials, the janitor,
+//	  │                                 HTTP handlers and metrics
+//	  ▼
+//	session (session.go, limits.go)     the gnet adapter of one client connection:
+//	  │  halfConn (half.go)             reads, writes, closes, half-closes, limits,
+//	  │  loopState (loop.go)            timers, HOTKEYS; per-loop scratch and sweep
+//	  ▼
+//	conversation (conv_state.go,        the connection's state as Redis confirmed it
+//	  conversation.go, conv_reply.go)   and the rules on requests and replies; no
+//	  │                                 gnet, no connection: its dependencies are
+//	  ▼                                 convEnv (cache, detector, fences, settings,
+//	identities, ring, latencyHist       cluster view, identities, clock)
+//
+// A request's walk: Server.OnTraffic ─► session.onClientTraffic ─►
+// processClient (parse) ─► session.onRequest ─► conversation.onCommand ─►
+// onRead ─► mayAnswer ─► hotcache.Cache.Lookup (once) ─► back to
+// processClient, which writes the answer or forwards the bytes. A reply's:
+// Server.OnTraffic ─► session.onUpstreamTraffic ─► fromUpstream (frame) ─►
+// conversation.startFrame and onFrame ─► fromUpstream writes what the
+// reply mode says.
+//
 // # One client connection
 //
 // Each client connection gets one upstream Redis connection, enrolled on the
@@ -71,10 +96,10 @@
 //
 // # HOTKEYS
 //
-// Cicada answers Redis 8.6's HOTKEYS itself (hotkeys.go, package hotkeys):
-// after the subcommand and arity checks, the connection's user (as Redis
-// confirmed it) is checked against ACL GETUSER, cached per user until the
-// next ACL change (hotkeys_acl.go); a lookup runs on its own goroutine
+// Cicada answers Redis 8.6's HOTKEYS itself (session.onHotkeys,
+// hotkeys.go, package hotkeys): after the subcommand and arity checks,
+// the connection's user (as Redis confirmed it) is checked against ACL
+// GETUSER, cached per user until the next ACL change (hotkeys_acl.go); a lookup runs on its own goroutine
 // while the connection is paused, and wakes it on its loop. While a
 // session is active, each request with one key is counted on its loop:
 // local answers at once, forwarded ones when their reply has been framed.
@@ -88,13 +113,13 @@
 // with work left for Redis (a half-close, or a reset with requests not
 // yet forwarded), the session goes on without the gnet connection until
 // Redis has read everything and closed (half.go). Idle sessions give
-// back what large commands grew (sweep.go).
+// back what large commands grew (loop.go, shrinkIdle).
 //
 // # Ownership
 //
-// A session and both its gnet connections (or the halfConn standing in
-// for the client) are touched only by their event loop, as is the loop's
-// list of sessions; the janitor reaches a loop through
+// A session, its conversation and both its gnet connections (or the
+// halfConn standing in for the client) are touched only by their event
+// loop, as is the loop's list of sessions; the janitor reaches a loop through
 // EventLoop.Execute. Server fields are set before the engine starts or
 // are atomics, except the HOTKEYS state (hotkeys.Tracker: per-loop shares
 // with their own mutexes) and permCache (its mutex), both off the request
