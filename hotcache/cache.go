@@ -269,21 +269,23 @@ type Found struct {
 }
 
 // Lookup looks up k's reply for a connection with identity ident speaking
-// protocol proto (2 or 3). Lock-free; it does not allocate.
-func (c *Cache) Lookup(k *Key, ident Ident, proto int) Found {
+// protocol proto (2 or 3) and fills in f (an out-parameter: the request
+// path keeps it on its stack, uncopied). Lock-free; it does not allocate.
+func (c *Cache) Lookup(k *Key, ident Ident, proto int, f *Found) {
 	if c.suspended.Load() != 0 {
-		return Found{Status: Suspended}
+		*f = Found{Status: Suspended}
+		return
 	}
 	e, t, cell := c.findCell(k.db, k.hash, k.name)
 	if e == nil {
-		return Found{Status: Miss}
+		*f = Found{Status: Miss}
+		return
 	}
-	f := Found{e: e, t: t, cell: cell}
+	f.e, f.t, f.cell, f.HashSlot = e, t, cell, 0
 	f.Reply, f.Status = c.replyOf(e, k.field, k.isField, ident, proto)
 	if f.Status == Hit || f.Status == Unproven {
 		f.HashSlot = int(e.hashSlot)
 	}
-	return f
 }
 
 // Current reports whether what f found is still what the cache holds and

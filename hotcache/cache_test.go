@@ -37,15 +37,24 @@ func fill(t testing.TB, c *Cache, key, field string, isField bool, reply []byte,
 
 func get(c *Cache, key string, ident Ident, proto int) (string, Status) {
 	k := KeyOf(0, []byte(key))
-	f := c.Lookup(&k, ident, proto)
+	var f Found
+	c.Lookup(&k, ident, proto, &f)
 	return string(f.Reply), f.Status
 }
 
 // hget looks up HGET key field in db 0.
 func hget(c *Cache, key, field string, ident Ident, proto int) (string, Status) {
 	k := FieldKeyOf(0, []byte(key), []byte(field))
-	f := c.Lookup(&k, ident, proto)
+	var f Found
+	c.Lookup(&k, ident, proto, &f)
 	return string(f.Reply), f.Status
+}
+
+// lookup is Lookup for identity 1 in RESP2, returning what it found.
+func lookup(c *Cache, k *Key) Found {
+	var f Found
+	c.Lookup(k, 1, 2, &f)
+	return f
 }
 
 // keyOf is KeyOf(0, key) for a string key.
@@ -87,7 +96,7 @@ func TestGetHitMissAndNil(t *testing.T) {
 	}
 	// Another db is another key.
 	k1 := KeyOf(1, []byte("k"))
-	if st := c.Lookup(&k1, 1, 2).Status; st != Miss {
+	if st := lookup(c, &k1).Status; st != Miss {
 		t.Errorf("db 1: got %v, want Miss", st)
 	}
 	epoch := c.Epoch()
@@ -298,10 +307,11 @@ func TestGetAllocs(t *testing.T) {
 	fill(t, c, "h", "f", true, []byte("$1\r\nx\r\n"), 0)
 	k, hk, other := KeyOf(0, []byte("k")), FieldKeyOf(0, []byte("h"), []byte("f")), KeyOf(0, []byte("other"))
 	if a := testing.AllocsPerRun(1000, func() {
-		f := c.Lookup(&k, 1, 2)
+		var f Found
+		c.Lookup(&k, 1, 2, &f)
 		c.Current(&f)
-		c.Lookup(&hk, 1, 2)
-		c.Lookup(&other, 1, 2)
+		c.Lookup(&hk, 1, 2, &f)
+		c.Lookup(&other, 1, 2, &f)
 	}); a != 0 {
 		t.Errorf("lookups allocate %v times, want 0", a)
 	}
@@ -331,7 +341,7 @@ func TestConcurrent(t *testing.T) {
 				}
 				for i, k := range keys {
 					key := KeyOf(0, k)
-					f := c.Lookup(&key, 1, 2)
+					f := lookup(c, &key)
 					if f.Status == Hit && string(f.Reply) != fmt.Sprintf("$1\r\n%c\r\n", 'a'+i%26) {
 						bad.Add(1)
 					}
@@ -384,7 +394,8 @@ func BenchmarkGetHit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := KeyOf(0, key)
-			if f := c.Lookup(&k, 1, 2); f.Status != Hit {
+			var f Found
+			if c.Lookup(&k, 1, 2, &f); f.Status != Hit {
 				b.Fatal("miss")
 			}
 		}
@@ -397,7 +408,8 @@ func BenchmarkGetMiss(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		k := KeyOf(0, key)
-		c.Lookup(&k, 1, 2)
+		var f Found
+		c.Lookup(&k, 1, 2, &f)
 	}
 }
 
@@ -440,7 +452,7 @@ func TestCurrent(t *testing.T) {
 		{"a hold", func() { c.Hold() }, false},
 	} {
 		fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
-		f := c.Lookup(k, 1, 2)
+		f := lookup(c, k)
 		if f.Status != Hit {
 			t.Fatalf("%s: lookup before: %v, want Hit", ev.name, f.Status)
 		}
@@ -449,7 +461,7 @@ func TestCurrent(t *testing.T) {
 			t.Errorf("after %s: Current %v, want %v", ev.name, got, ev.current)
 		}
 	}
-	if miss := c.Lookup(keyOf("absent"), 1, 2); c.Current(&miss) {
+	if miss := lookup(c, keyOf("absent")); c.Current(&miss) {
 		t.Error("Current of a miss: true, want false")
 	}
 }

@@ -18,14 +18,29 @@ type Key struct {
 // KeyOf returns the Key of GET name in db (and of any write to name: a
 // write evicts every reply of the key).
 func KeyOf(db int, name []byte) Key {
-	h := Hash(db, name)
-	return Key{db: db, name: name, hash: h, reads: h}
+	var k Key
+	k.Set(db, name)
+	return k
 }
 
 // FieldKeyOf returns the Key of HGET name field in db.
 func FieldKeyOf(db int, name, field []byte) Key {
+	var k Key
+	k.SetField(db, name, field)
+	return k
+}
+
+// Set makes k the Key of GET name in db, in place (KeyOf without a copy,
+// for the request path).
+func (k *Key) Set(db int, name []byte) {
 	h := Hash(db, name)
-	return Key{db: db, name: name, field: field, isField: true, hash: h, reads: FieldHash(h, field)}
+	k.db, k.name, k.field, k.isField, k.hash, k.reads = db, name, nil, false, h, h
+}
+
+// SetField makes k the Key of HGET name field in db, in place.
+func (k *Key) SetField(db int, name, field []byte) {
+	h := Hash(db, name)
+	k.db, k.name, k.field, k.isField, k.hash, k.reads = db, name, field, true, h, FieldHash(h, field)
 }
 
 // DB is the key's database.

@@ -21,8 +21,9 @@ const (
 	slotOpaque                  // from here on, replies pass through unframed
 )
 
-// hold is a cache suspension a slot keeps until its reply (one Suspend),
-// with what its release must do first.
+// hold is how the cache suspension a slot keeps until its reply (one
+// hotcache.Hold, in slot.held) is released: at once or through a fence,
+// after a flush or not.
 type hold uint8
 
 const (
@@ -93,7 +94,7 @@ type slot struct {
 	hold    hold
 	subKind command.SubKind
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
-	stripes int32 // write stripes to release (front of session.stripes)
+	stripes int32 // write stripes to release (the front of conversation.writes)
 	arg     int64
 	user    string
 	auth    bool // AUTH, or HELLO with an AUTH option: the identity follows its reply

@@ -318,12 +318,12 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 		if cv.parser.Consumed() {
 			return 0, false // part of it went to Redis already
 		}
-		k = hotcache.KeyOf(cv.db, args[1])
+		k.Set(cv.db, args[1])
 	case argc == 3 && len(args) == 3 && command.EqualFold(args[0], "hget") && args[1] != nil && args[2] != nil:
 		if cv.parser.Consumed() {
 			return 0, false
 		}
-		k = hotcache.FieldKeyOf(cv.db, args[1], args[2])
+		k.SetField(cv.db, args[1], args[2])
 	default:
 		return 0, false
 	}
@@ -336,10 +336,9 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	} else {
 		env.det.Observe(cv.loop.idx, k.ReadHash())
 	}
-	v, f := cv.mayAnswer(&k)
-	switch v {
+	switch v, reply := cv.mayAnswer(&k); v {
 	case answerLocal:
-		cv.loop.out = append(cv.loop.out, f.Reply...)
+		cv.loop.out = append(cv.loop.out, reply...)
 		cv.loop.stats.hits.Add(1)
 		return decideLocal, true
 	case answerAfterReplies:
@@ -378,26 +377,26 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 //
 // A key that is not cached is filled when the detector says it is hot, a
 // fill ticket is granted, and in Redis Cluster the node answers its slot.
-func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
+func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 	env := cv.env
 	clustered := env.topo.Enabled()
 	var f hotcache.Found
 	if cv.slots.len() > 0 {
 		if cv.sendMulti || cv.opacity != framed {
-			return answerForward, f
+			return answerForward, nil
 		}
 		cv.checkFresh()
-		if f = env.cache.Lookup(k, cv.ident, cv.proto); f.Status == hotcache.Hit &&
+		if env.cache.Lookup(k, cv.ident, cv.proto, &f); f.Status == hotcache.Hit &&
 			(!clustered || env.topo.Answerable(f.HashSlot, cv.readonly)) {
-			return answerAfterReplies, f
+			return answerAfterReplies, nil
 		}
-		return answerForward, f
+		return answerForward, nil
 	}
 	if !cv.canAnswer() {
-		return answerForward, f
+		return answerForward, nil
 	}
 	cv.checkFresh()
-	f = env.cache.Lookup(k, cv.ident, cv.proto)
+	env.cache.Lookup(k, cv.ident, cv.proto, &f)
 	switch f.Status {
 	case hotcache.Hit:
 		switch {
@@ -407,21 +406,21 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, hotcache.Found) {
 		case !cv.loop.settled(env.fences, k.Hash()):
 			// A notification of a write (from outside Cicada, perhaps
 			// acknowledged already) is on its way into the cache.
-			return answerUnsettled, f
+			return answerUnsettled, nil
 		case !env.cache.Current(&f):
 		default:
-			return answerLocal, f
+			return answerLocal, f.Reply
 		}
 	case hotcache.Unproven:
 		if !clustered || env.topo.Answerable(f.HashSlot, cv.readonly) {
-			return answerProve, f
+			return answerProve, nil
 		}
 	case hotcache.Miss:
 		if env.det.IsHot(k.ReadHash()) {
-			return answerFill, f
+			return answerFill, nil
 		}
 	}
-	return answerForward, f
+	return answerForward, nil
 }
 
 // forwardFill forwards a GET/HGET of hot key k that is not cached, with a

@@ -192,7 +192,9 @@ func TestNoRedialUnderneath(t *testing.T) {
 			continue
 		}
 		h, all := s.Unapplied(nil, scratch)
-		st := cache.Lookup(&key, 0, 2).Status
+		var f hotcache.Found
+		cache.Lookup(&key, 0, 2, &f)
+		st := f.Status
 		if !all && len(h) == 0 && st == hotcache.Hit {
 			seen++
 			if first.IsZero() {
