@@ -3,17 +3,21 @@
 //
 // # Read path (any event loop, lock-free)
 //
-//	Get / HGet ── suspended? ── probe 8 slots of hash(db,key) ── same db+key? ──
+//	Lookup(Key) ── held? ── probe 8 cells of Key.Hash ── same db+name? ──
 //	    expired? ── reply for GET or for the field? ── identity proven? ── bytes
+//	Current(Found) ── still the published entry, cache not held?
 //
-// A slot holds an immutable *entry (atomic.Pointer); writers replace whole
-// entries (copy on write), so a reader sees an old entry or a new one, never a
-// torn one. A missing or hidden entry costs a forwarded request; it is never
-// wrong. There is no lock and no shared counter on this path.
+// A Key (db, name, field, its hashes computed once by KeyOf or FieldKeyOf)
+// names what is looked up, written or filled. A cell of the table (a
+// "slot" in the code) holds an immutable *entry (atomic.Pointer); writers
+// replace whole entries (copy on write), so a reader sees an old entry or a
+// new one, never a torn one. A missing or hidden entry costs a forwarded
+// request; it is never wrong. There is no lock and no shared counter on
+// this path.
 //
 // # Fill (miss on a hot key)
 //
-//	BeginFill(h) at send ─ Ticket{epoch, stripe version}; refused while a write
+//	BeginFill(Key) at send ─ Ticket{epoch, stripe version}; refused while a write
 //	to the stripe is in flight or the cache is suspended
 //	Fill(ticket, reply) at reply ─ kept only if the epoch and the stripe's
 //	version did not move in between (so no write, flush or notification for
@@ -22,10 +26,10 @@
 //
 // # Invalidation
 //
-//	BeginWrite(db,key) before a write is forwarded: version++, inflight++,
+//	BeginWrite(Key) before a write is forwarded: version++, inflight++,
 //	    evict; EndWrite at its reply: inflight--, version++
-//	Invalidate(db,key) on a keyspace notification: version++, evict
-//	Hold/Release around writes whose keys are unknown (scripts, MULTI/EXEC
+//	Invalidate(Key) on a keyspace notification: version++, evict
+//	Hold, then Hold.Release exactly once, around writes whose keys are unknown (scripts, MULTI/EXEC
 //	    with them, a lost notification subscription): no hits, no fills
 //	Flush on FLUSHALL, FLUSHDB, SWAPDB and a re-established subscription
 //

@@ -3,7 +3,7 @@ package hotcache
 import "sync/atomic"
 
 // Hold is one suspension of the cache: from Cache.Hold until Release, the
-// cache answers no hit and keeps no fill (LookupSlot reports Suspended,
+// cache answers no hit and keeps no fill (Lookup reports Suspended,
 // BeginFill refuses, and a ticket taken before either is void). Holds
 // nest: the cache answers again when every Hold taken is released.
 //

@@ -108,7 +108,7 @@ func TestSetDenied(t *testing.T) {
 }
 
 // TestSetEnabled: off empties the cache and refuses fills and hits; on
-// restores both; both are idempotent and nest with Suspend.
+// restores both; both are idempotent and nest with Hold.
 func TestSetEnabled(t *testing.T) {
 	c, _ := newTestCache(t, 100, 1<<20)
 	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
