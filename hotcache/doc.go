@@ -29,8 +29,9 @@
 //	BeginWrite(Key) before a write is forwarded: version++, inflight++,
 //	    evict; EndWrite at its reply: inflight--, version++
 //	Invalidate(Key) on a keyspace notification: version++, evict
-//	Hold, then Hold.Release exactly once, around writes whose keys are unknown (scripts, MULTI/EXEC
-//	    with them, a lost notification subscription): no hits, no fills
+//	Hold, then its Release exactly once, around writes whose keys are
+//	    unknown (scripts, MULTI/EXEC with them, a lost notification
+//	    subscription): no hits, no fills
 //	Flush on FLUSHALL, FLUSHDB, SWAPDB and a re-established subscription
 //
 // Versions live in a fixed array of stripes indexed by the key hash, so the
