@@ -4,7 +4,9 @@
 //
 // # Layers
 //
-// Each layer uses only the ones below it; none reaches back up:
+// Each layer calls only the ones below it; none calls back up (a session
+// reads the Server's configuration, logger and shared counters, never its
+// methods; a conversation sees only convEnv):
 //
 //	Server (server.go, admin.go)        gnet engine callbacks, dials, the janitor,
 //	  │                                 HTTP handlers and metrics
