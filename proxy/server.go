@@ -89,6 +89,14 @@ type Counters interface {
 	Flushes() uint64
 }
 
+// Defaults of Config, which the binary's settings take as their defaults
+// too (cmd/cicada), so each is written once.
+const (
+	DefaultDialTimeout      = 2 * time.Second
+	DefaultMaxClients       = 10000   // Redis's maxclients default
+	DefaultQueryBufferLimit = 1 << 30 // bytes: Redis's client-query-buffer-limit default (1gb)
+)
+
 // Config configures a Server.
 type Config struct {
 	// Listen is the client address, "host:port" (":6380").
@@ -99,18 +107,18 @@ type Config struct {
 	// detector's Loops().
 	Loops int
 	// DialTimeout bounds the upstream connection attempt made for each
-	// client; 0 means 2 s.
+	// client; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// QueryBufferLimit is how many bytes a client's requests may hold in
 	// Cicada until Redis answers them before the client is closed, like
 	// Redis's client-query-buffer-limit: requests unparsed or waiting
 	// behind a paused one, bytes queued on the upstream connection, and
 	// the bookkeeping of requests in flight (see session.backlog); 0 means
-	// 1 GiB.
+	// DefaultQueryBufferLimit.
 	QueryBufferLimit int64
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients: one more is answered "-ERR max number of clients
-	// reached" and closed. 0 means 10000 (Redis's default). Each client
+	// reached" and closed. 0 means DefaultMaxClients. Each client
 	// needs two descriptors (its own and its upstream connection), and the
 	// proxy some besides: keep it at most MaxClientsFor(the open-file
 	// limit, Loops, the process's other descriptors), or accept fails and
@@ -190,13 +198,13 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream)
 		return nil, ErrUpstream
 	}
 	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 2 * time.Second
+		cfg.DialTimeout = DefaultDialTimeout
 	}
 	if cfg.MaxClients <= 0 {
-		cfg.MaxClients = 10000
+		cfg.MaxClients = DefaultMaxClients
 	}
 	if cfg.QueryBufferLimit <= 0 {
-		cfg.QueryBufferLimit = 1 << 30
+		cfg.QueryBufferLimit = DefaultQueryBufferLimit
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 250 * time.Millisecond

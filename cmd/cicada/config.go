@@ -41,6 +41,8 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+
+	"github.com/cicada-proxy/cicada/proxy"
 )
 
 // version is the build's version, set with -ldflags "-X main.version=...".
@@ -241,14 +243,14 @@ var settings = []setting{
 	{key: "upstream-password", field: func(c *Config) any { return &c.UpstreamPassword }, def: "", noFlag: true},
 	{key: "upstream-password-file", field: func(c *Config) any { return &c.UpstreamPasswordFile }, def: "", usage: "file holding upstream-user's password (trailing newline trimmed)"},
 	{key: "configure-notifications", field: func(c *Config) any { return &c.ConfigureNotifications }, def: true, usage: "add the keyspace-event classes Cicada needs to notify-keyspace-events at start"},
-	{key: "dial-timeout", field: func(c *Config) any { return &c.DialTimeout }, def: 2 * time.Second, bound: &bound{lo: 1, hi: math.MaxInt64}, usage: "upstream dial timeout, > 0"},
+	{key: "dial-timeout", field: func(c *Config) any { return &c.DialTimeout }, def: proxy.DefaultDialTimeout, bound: &bound{lo: 1, hi: math.MaxInt64}, usage: "upstream dial timeout, > 0"},
 	{key: "shutdown-timeout", field: func(c *Config) any { return &c.ShutdownTimeout }, def: 10 * time.Second, bound: &bound{lo: 0, hi: math.MaxInt64},
 		usage: "how long in-flight replies may take after SIGTERM"},
 	{key: "commandstats-interval", field: func(c *Config) any { return &c.CommandstatsInterval }, def: 100 * time.Millisecond, bound: &bound{lo: int64(10 * time.Millisecond), hi: int64(time.Minute)},
 		usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
-	{key: "client-query-buffer-limit", field: func(c *Config) any { return &c.ClientQueryBufferLimit }, def: byteSize(1 << 30), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
+	{key: "client-query-buffer-limit", field: func(c *Config) any { return &c.ClientQueryBufferLimit }, def: byteSize(proxy.DefaultQueryBufferLimit), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
 		usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
-	{key: "maxclients", field: func(c *Config) any { return &c.MaxClients }, def: 10000, bound: &bound{lo: 1, hi: math.MaxInt},
+	{key: "maxclients", field: func(c *Config) any { return &c.MaxClients }, def: proxy.DefaultMaxClients, bound: &bound{lo: 1, hi: math.MaxInt},
 		usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
 	{key: "max-client-memory", field: func(c *Config) any { return &c.MaxClientMemory }, def: byteSize(1 << 30), bound: &bound{lo: 0, hi: math.MaxInt64},
 		usage: "bytes of unread replies and unanswered requests Cicada holds for all clients before it closes those holding the most (0 = no bound)"},
