@@ -12,7 +12,7 @@ help:
 	@echo "make build   build bin/cicada (VERSION=$(VERSION))"
 	@echo "make image   docker build the container image cicada:$(VERSION) (needs a Docker engine)"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
-	@echo "make test    go vet, go test -race against Redis 7.0, and the e2e, conformance and linearizability suites against Redis 8.0 and Valkey 8.1 (installs redis-server, redis-tools, python3-redis, Node.js and the npm clients if missing; about 14 min the first time, 9 after)"
+	@echo "make test    go vet, go test -race against Redis 7.0, and the e2e, conformance and linearizability suites against Redis 8.0 and Valkey 8.1 (installs redis-server, redis-tools, gcc, python3-redis, Node.js and the npm clients if missing; about 14 min the first time, 9 after)"
 	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
 	@echo "make test-matrix  the long runs and the e2e suite against Redis 7.0 (Debian 12), Redis 8.0 and Valkey 8.1 (about 35 min)"
 	@echo "make servers-next Valkey 9.1 from Debian unstable into bin/servers, to try by hand (not in the matrix yet)"
