@@ -169,7 +169,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		Configure:        cfg.ConfigureNotifications,
 		DialTimeout:      cfg.DialTimeout,
 		CountersInterval: cfg.CommandstatsInterval,
-		Logger:           log.Named("keyspace"),
+		Logger:           log.Named("upstream"),
 	}, cache)
 	maxClients, adminConns := fitMaxClients(cfg.MaxClients, cfg.Loops, log)
 	srv, err = proxy.New(proxy.Config{

@@ -83,7 +83,7 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	}
 	var srv *proxy.Server
 	sub := upstream.New(upstream.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: redisAddr, Username: o.Username, Password: o.Password,
-		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("keyspace")}, cache)
+		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("upstream")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: redisAddr, Loops: o.Loops, DialTimeout: time.Second,
 		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, det, sub)
