@@ -270,15 +270,16 @@ type Found struct {
 
 // Lookup looks up k's reply for a connection with identity ident speaking
 // protocol proto (2 or 3) and fills in f (an out-parameter: the request
-// path keeps it on its stack, uncopied). Lock-free; it does not allocate.
+// path keeps it on its stack, uncopied); on Miss and Suspended only
+// Status is meaningful. Lock-free; it does not allocate.
 func (c *Cache) Lookup(k *Key, ident Ident, proto int, f *Found) {
 	if c.suspended.Load() != 0 {
-		*f = Found{Status: Suspended}
+		f.Status, f.e = Suspended, nil
 		return
 	}
 	e, t, cell := c.findCell(k.db, k.hash, k.name)
 	if e == nil {
-		*f = Found{Status: Miss}
+		f.Status, f.e = Miss, nil
 		return
 	}
 	f.e, f.t, f.cell, f.HashSlot = e, t, cell, 0
