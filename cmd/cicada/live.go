@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -195,24 +196,11 @@ func setLive(dst, src *Config, k string) {
 	if st == nil || !st.live {
 		panic("setLive: " + k + " is not a live setting")
 	}
-	switch d := st.field(dst).(type) {
-	case *string:
-		*d = *st.field(src).(*string)
-	case *bool:
-		*d = *st.field(src).(*bool)
-	case *int:
-		*d = *st.field(src).(*int)
-	case *uint32:
-		*d = *st.field(src).(*uint32)
-	case *int64:
-		*d = *st.field(src).(*int64)
-	case *time.Duration:
-		*d = *st.field(src).(*time.Duration)
-	case *[]string:
-		*d = slices.Clone(*st.field(src).(*[]string))
-	default:
-		panic(fmt.Sprintf("setting %s: field of type %T", k, d))
+	if list, ok := st.field(src).(*[]string); ok {
+		*st.field(dst).(*[]string) = slices.Clone(*list)
+		return
 	}
+	reflect.ValueOf(st.field(dst)).Elem().Set(reflect.ValueOf(st.field(src)).Elem())
 }
 
 // watch follows path (the --config file) until stop is closed: each edit,
