@@ -364,6 +364,18 @@ func (c *Cache) findCell(db int, h uint64, key []byte) (*entry, *slotTable, uint
 // Suspended reports whether the cache answers nothing now.
 func (c *Cache) Suspended() bool { return c.suspended.Load() != 0 }
 
+// Hold suspends the cache until the returned Hold is released. Safe from
+// any goroutine.
+func (c *Cache) Hold() *Hold {
+	c.suspended.Add(1)
+	c.epoch.Add(1)
+	return &Hold{c: c}
+}
+
+// Holds is the number of Holds taken and not yet released. Safe from any
+// goroutine.
+func (c *Cache) Holds() int64 { return c.suspended.Load() }
+
 // Flush drops every cached reply and refuses every fill begun before it.
 func (c *Cache) Flush() {
 	c.epoch.Add(1)

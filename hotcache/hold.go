@@ -19,14 +19,6 @@ type Hold struct {
 	done atomic.Bool
 }
 
-// Hold suspends the cache until the returned Hold is released. Safe from
-// any goroutine.
-func (c *Cache) Hold() *Hold {
-	c.suspended.Add(1)
-	c.epoch.Add(1)
-	return &Hold{c: c}
-}
-
 // Release ends the suspension. See Hold for a second call.
 func (h *Hold) Release() {
 	if !h.done.CompareAndSwap(false, true) {
@@ -39,7 +31,3 @@ func (h *Hold) Release() {
 	h.c.epoch.Add(1)
 	h.c.suspended.Add(-1)
 }
-
-// Holds is the number of Holds taken and not yet released. Safe from any
-// goroutine.
-func (c *Cache) Holds() int64 { return c.suspended.Load() }

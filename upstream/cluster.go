@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,27 +46,40 @@ const kickGap = 10 * time.Millisecond
 const waitReplicas = "2147483647"
 
 // roleWatch is the blocked WAIT connection. Its fields are set before it
-// is published in Subscriber.role and never change; the watch goroutine
+// is published in clusterWatch.role and never change; the watch goroutine
 // unpublishes it before it reads from or closes the socket.
 type roleWatch struct {
 	fd int
 }
 
+// clusterWatch is the subscriber's part in Redis Cluster: the view the
+// event loops answer from, read by the control goroutine (noteClusterEnabled,
+// applyCluster, checkCluster), and the role watch of a master (watchRole,
+// on its own goroutine; roleSettled from any). Embedded in Subscriber,
+// which sets cfg, cache and log to its own.
+type clusterWatch struct {
+	cfg   *Config
+	cache *hotcache.Cache
+	log   *zap.Logger
+	topo  *cluster.Topology         // Redis Cluster view
+	role  atomic.Pointer[roleWatch] // the blocked WAIT of a master, or nil
+}
+
 // Cluster returns the view of the node's slots the event loops answer
 // from; its Enabled is false unless Redis runs in cluster mode.
-func (s *Subscriber) Cluster() *cluster.Topology { return s.topo }
+func (w *clusterWatch) Cluster() *cluster.Topology { return w.topo }
 
 // noteClusterEnabled records INFO cluster's cluster_enabled from info.
 // Turning on or off flushes the cache: what it holds was read under the
 // other mode.
-func (s *Subscriber) noteClusterEnabled(info string) {
+func (w *clusterWatch) noteClusterEnabled(info string) {
 	on := strings.Contains(info, "cluster_enabled:1")
-	if on == s.topo.Enabled() {
+	if on == w.topo.Enabled() {
 		return
 	}
-	s.topo.SetEnabled(on)
-	s.cache.Flush()
-	s.log.Info("Redis Cluster mode", zap.Bool("enabled", on))
+	w.topo.SetEnabled(on)
+	w.cache.Flush()
+	w.log.Info("Redis Cluster mode", zap.Bool("enabled", on))
 }
 
 // queueClusterRead adds CLUSTER INFO and CLUSTER NODES to pipe.
@@ -78,7 +92,7 @@ func queueClusterRead(ctx context.Context, pipe redis.Pipeliner) (info, nodes *r
 // evicts the keys of slots no longer served; either way fills begun
 // before are refused (EvictKeys), so none can store a key of a slot lost
 // meanwhile.
-func (s *Subscriber) applyCluster(info, nodes *redis.StringCmd, begin uint64) error {
+func (w *clusterWatch) applyCluster(info, nodes *redis.StringCmd, begin uint64) error {
 	if err := info.Err(); err != nil {
 		return fmt.Errorf("upstream: CLUSTER INFO: %w", err)
 	}
@@ -89,67 +103,67 @@ func (s *Subscriber) applyCluster(info, nodes *redis.StringCmd, begin uint64) er
 	if err != nil {
 		return err
 	}
-	old := s.topo.Publish(v, begin)
+	old := w.topo.Publish(v, begin)
 	if old != nil && old.Same(v) {
 		return nil
 	}
 	if old == nil {
 		old = &cluster.View{}
 	}
-	s.cache.EvictKeys(func(key []byte) bool { return old.Lost(v, cluster.Slot(key)) }, hotcache.ReasonCluster)
-	s.log.Info("cluster view changed", zap.Stringer("role", v.Role), zap.Bool("ok", v.OK),
+	w.cache.EvictKeys(func(key []byte) bool { return old.Lost(v, cluster.Slot(key)) }, hotcache.ReasonCluster)
+	w.log.Info("cluster view changed", zap.Stringer("role", v.Role), zap.Bool("ok", v.OK),
 		zap.Int("slots", v.ServedCount()), zap.Stringer("was", old.Role), zap.Int("had", old.ServedCount()))
 	return nil
 }
 
 // checkCluster reads and applies the view now (after a contradiction).
-func (s *Subscriber) checkCluster(ctx context.Context, ctl *redis.Client) error {
-	begin := s.topo.Begin()
+func (w *clusterWatch) checkCluster(ctx context.Context, ctl *redis.Client) error {
+	begin := w.topo.Begin()
 	pipe := ctl.Pipeline()
 	info, nodes := queueClusterRead(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
-	return s.applyCluster(info, nodes, begin)
+	return w.applyCluster(info, nodes, begin)
 }
 
 // roleSettled reports whether a master's view may be answered from: the
 // role watch's WAIT is blocked and nothing waits on its socket. A
 // replica's view, or no cluster, needs no watch. Safe from any goroutine;
 // one recv(MSG_PEEK) system call for a master.
-func (s *Subscriber) roleSettled(scratch []byte) bool {
-	if !s.topo.Enabled() {
+func (w *clusterWatch) roleSettled(scratch []byte) bool {
+	if !w.topo.Enabled() {
 		return true
 	}
-	if v := s.topo.View(); v == nil || v.Role != cluster.RoleMaster {
+	if v := w.topo.View(); v == nil || v.Role != cluster.RoleMaster {
 		return true
 	}
-	w := s.role.Load()
-	if w == nil {
+	rw := w.role.Load()
+	if rw == nil {
 		return false
 	}
-	_, errno := peek(w.fd, scratch[:1])
+	_, errno := peek(rw.fd, scratch[:1])
 	// Unpublished before its socket is read or closed: still published,
 	// the descriptor was this socket when peeked.
-	return (errno == unix.EAGAIN || errno == unix.EWOULDBLOCK) && s.role.Load() == w
+	return (errno == unix.EAGAIN || errno == unix.EWOULDBLOCK) && w.role.Load() == rw
 }
 
 // watchRole keeps the role watch blocked whenever the view says master,
 // until ctx is done. Runs on its own goroutine for one subscription
 // session.
-func (s *Subscriber) watchRole(ctx context.Context) {
+func (w *clusterWatch) watchRole(ctx context.Context) {
 	lastRefusal := ""
 	for ctx.Err() == nil {
-		if v := s.topo.View(); !s.topo.Enabled() || v == nil || v.Role != cluster.RoleMaster {
+		if v := w.topo.View(); !w.topo.Enabled() || v == nil || v.Role != cluster.RoleMaster {
 			select {
 			case <-ctx.Done():
-			case <-time.After(s.cfg.CountersInterval):
+			case <-time.After(w.cfg.CountersInterval):
 			}
 			continue
 		}
-		err := s.blockRole(ctx)
+		err := w.blockRole(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		wait := s.cfg.CountersInterval
+		wait := w.cfg.CountersInterval
 		var refused *roleRefused
 		if errors.As(err, &refused) {
 			// Not a role change: no cache answer on this master until
@@ -157,10 +171,10 @@ func (s *Subscriber) watchRole(ctx context.Context) {
 			wait = time.Second
 			if msg := refused.Error(); msg != lastRefusal {
 				lastRefusal = msg
-				s.log.Warn("role watch refused: nothing is answered from cache while this node is a master", zap.Error(err))
+				w.log.Warn("role watch refused: nothing is answered from cache while this node is a master", zap.Error(err))
 			}
 		} else {
-			s.log.Debug("role watch ended", zap.Error(err))
+			w.log.Debug("role watch ended", zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -184,9 +198,9 @@ func (e *roleRefused) Error() string { return "upstream: role watch: " + e.Reply
 // blockRole opens the role watch connection, sends WAIT, publishes it,
 // and returns when anything arrives on it (the node changed role, or
 // the connection failed) or ctx is done.
-func (s *Subscriber) blockRole(ctx context.Context) error {
-	d := net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: time.Minute}
-	c, err := d.DialContext(ctx, "tcp", s.cfg.Addr)
+func (w *clusterWatch) blockRole(ctx context.Context) error {
+	d := net.Dialer{Timeout: w.cfg.DialTimeout, KeepAlive: time.Minute}
+	c, err := d.DialContext(ctx, "tcp", w.cfg.Addr)
 	if err != nil {
 		return err
 	}
@@ -195,16 +209,16 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 	defer stop()
 	var req []byte
 	replies := 1
-	if s.cfg.Password != "" || s.cfg.Username != "" {
+	if w.cfg.Password != "" || w.cfg.Username != "" {
 		replies++
-		user := s.cfg.Username
+		user := w.cfg.Username
 		if user == "" {
 			user = "default"
 		}
-		req = resp.AppendCommand(req, []byte("AUTH"), []byte(user), []byte(s.cfg.Password))
+		req = resp.AppendCommand(req, []byte("AUTH"), []byte(user), []byte(w.cfg.Password))
 	}
 	req = resp.AppendCommand(req, []byte("CLIENT"), []byte("SETNAME"), []byte("cicada-role-watch"))
-	_ = c.SetDeadline(time.Now().Add(s.cfg.DialTimeout + 2*s.cfg.CheckInterval))
+	_ = c.SetDeadline(time.Now().Add(w.cfg.DialTimeout + 2*w.cfg.CheckInterval))
 	if _, err := c.Write(req); err != nil {
 		return err
 	}
@@ -226,12 +240,12 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var w *roleWatch
-	if err := raw.Control(func(fd uintptr) { w = &roleWatch{fd: int(fd)} }); err != nil {
+	var rw *roleWatch
+	if err := raw.Control(func(fd uintptr) { rw = &roleWatch{fd: int(fd)} }); err != nil {
 		return err
 	}
-	s.role.Store(w)
-	defer s.role.Store(nil)
+	w.role.Store(rw)
+	defer w.role.Store(nil)
 	one := make([]byte, 1)
 	// Wait for readability without reading: the watch must be
 	// unpublished before its bytes leave the socket.
@@ -239,7 +253,7 @@ func (s *Subscriber) blockRole(ctx context.Context) error {
 		_, errno := peek(int(fd), one)
 		return errno != unix.EAGAIN && errno != unix.EWOULDBLOCK
 	})
-	s.role.Store(nil)
+	w.role.Store(nil)
 	if err != nil {
 		return err
 	}

@@ -23,10 +23,11 @@ const TrackingChannel = "__redis__:invalidate"
 // so only flushes are reported.
 const trackingPrefix = "\x00cicada-flush-watch\x00"
 
-// watchFlushes turns on tracking redirected to the client with id subID.
-// The returned client must stay open for as long as the watch is wanted.
-func (s *Subscriber) watchFlushes(ctx context.Context, subID int64) (*redis.Client, error) {
-	tr := redis.NewClient(s.options("cicada-flush-watch"))
+// watchFlushes opens a connection with opts and turns on tracking
+// redirected to the client with id subID. The returned client must stay
+// open for as long as the watch is wanted.
+func watchFlushes(ctx context.Context, opts *redis.Options, subID int64) (*redis.Client, error) {
+	tr := redis.NewClient(opts)
 	err := tr.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", subID, "BCAST", "PREFIX", trackingPrefix).Err()
 	if err != nil {
 		_ = tr.Close()

@@ -62,6 +62,7 @@ import (
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/hotcache"
+	"github.com/cicada-proxy/cicada/hotkeys"
 	"github.com/cicada-proxy/cicada/resp"
 )
 
@@ -116,6 +117,8 @@ type Config struct {
 
 // Subscriber is the notification consumer. Create with New, start with Run.
 type Subscriber struct {
+	clusterWatch // Redis Cluster's view and the role watch (cluster.go)
+
 	cfg   Config
 	cache *hotcache.Cache
 	log   *zap.Logger
@@ -128,8 +131,6 @@ type Subscriber struct {
 	reconnects atomic.Uint64
 	flushes    atomic.Uint64                   // flushes of Redis seen through tracking
 	watch      atomic.Pointer[watchedConn]     // the notification connection, for Quiet
-	topo       *cluster.Topology               // Redis Cluster view (cluster.go)
-	role       atomic.Pointer[roleWatch]       // the blocked WAIT of a master, or nil (cluster.go)
 	commands   atomic.Pointer[command.Learned] // the server's commands beyond the built-in table (learnCommands)
 
 	fmu       sync.Mutex       // guards the following
@@ -162,8 +163,9 @@ func New(cfg Config, cache *hotcache.Cache) *Subscriber {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: cache.Hold(),
-		topo: cluster.NewTopology()}
+	s := &Subscriber{cfg: cfg, cache: cache, log: cfg.Logger, kick: make(chan struct{}, 1), down: cache.Hold()}
+	s.clusterWatch = clusterWatch{cfg: &s.cfg, cache: cache, log: cfg.Logger, topo: cluster.NewTopology()}
+	return s
 }
 
 // Ready reports whether notifications are flowing and the cache may answer.
@@ -320,6 +322,27 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 }
 
+// ACLUser reads ACL GETUSER name from Redis with Cicada's credentials, on
+// a connection of its own (CLIENT SETNAME cicada-acl) opened for this one
+// request and closed after it: the proxy asks only when it answers a
+// HOTKEYS command whose user it has not checked since the last ACL change.
+// Cicada's upstream user needs ACL GETUSER for it. Safe from any
+// goroutine; it blocks for one connection and round trip (bounded by ctx).
+func (s *Subscriber) ACLUser(ctx context.Context, name string) (hotkeys.UserACL, error) {
+	opts := s.options("cicada-acl")
+	opts.ReadTimeout, opts.WriteTimeout = s.cfg.DialTimeout, s.cfg.DialTimeout
+	c := redis.NewClient(opts)
+	defer c.Close()
+	v, err := c.Do(ctx, "ACL", "GETUSER", name).Result()
+	if err == redis.Nil {
+		return hotkeys.UserACL{}, nil
+	}
+	if err != nil {
+		return hotkeys.UserACL{}, fmt.Errorf("upstream: ACL GETUSER: %w", err)
+	}
+	return parseGetUser(v)
+}
+
 // setDown suspends the cache (once) and marks the subscriber not ready.
 // It reports whether the subscription was up (and the loss was logged).
 func (s *Subscriber) setDown(err error) bool {
@@ -437,7 +460,7 @@ func (s *Subscriber) session(ctx context.Context) error {
 				}
 			case confirmed == 1 && m.Kind == "subscribe":
 				confirmed = 2
-				if tracking, err = s.watchFlushes(ctx, subID.Load()); err != nil {
+				if tracking, err = watchFlushes(ctx, s.options("cicada-flush-watch"), subID.Load()); err != nil {
 					s.log.Warn("FLUSHALL/FLUSHDB sent to Redis directly will not be detected", zap.Error(err))
 				}
 				s.up()

@@ -55,13 +55,3 @@ func (n *Node) Counts(t testing.TB) CacheCounts {
 	}
 	return c
 }
-
-// AllCounts returns Counts of every node's sidecar, in node order.
-func (c *Cluster) AllCounts() []CacheCounts {
-	c.t.Helper()
-	out := make([]CacheCounts, len(c.Nodes))
-	for i, n := range c.Nodes {
-		out[i] = n.Counts(c.t)
-	}
-	return out
-}
