@@ -46,26 +46,26 @@ var (
 	redirectAsk   = []byte("-ASK ")
 )
 
-// startFrame looks at the first byte of a reply and the head slot to decide
+// startFrame looks at the first byte of a reply and the head request to decide
 // whether the reply is swallowed or captured.
 func (cv *conversation) startFrame(first byte) {
 	cv.advance()
-	if cv.opacity == opaque || cv.slots.len() == 0 || first == resp.TypePush {
+	if cv.opacity == opaque || cv.sent.len() == 0 || first == resp.TypePush {
 		return
 	}
-	head := cv.slots.front()
+	head := cv.sent.front()
 	cv.hkFrame = head.hk
 	switch {
-	case head.kind == slotSwallow:
+	case head.kind == expectSwallow:
 		cv.reply = replySwallow
 	case first == resp.TypeError && cv.env.addrMap.Len() > 0:
 		// Read whole even when it arrives in pieces: it may be a redirect.
 		cv.reply, cv.rewriteBuf = replyRewriteError, nil
 	case head.rewrite != cluster.ReplyNone:
 		cv.reply, cv.rewriting, cv.rewriteBuf = replyRewriteTopology, head.rewrite, nil
-	case head.act == command.ConnExec && len(cv.multiRewrites) > 0:
+	case head.act == command.ConnExec && len(cv.tx.rewrites) > 0:
 		cv.reply, cv.rewriteBuf = replyRewriteExec, nil
-		cv.rewriteExec = append(cv.rewriteExec[:0], cv.multiRewrites...)
+		cv.rewriteExec = append(cv.rewriteExec[:0], cv.tx.rewrites...)
 	case head.read != nil && head.read.fill:
 		cv.reply = replyCapture
 		cv.captureOverflow = false
@@ -90,10 +90,10 @@ func (cv *conversation) captureBytes(b []byte) {
 	cv.capture = append(cv.capture, b...)
 }
 
-// advance pops opaque slots that reached the head: from there on, replies
+// advance pops opaque requests that reached the head: from there on, replies
 // pass through unframed, and a transaction in progress is abandoned.
 func (cv *conversation) advance() {
-	for cv.slots.len() > 0 && cv.slots.front().kind == slotOpaque {
+	for cv.sent.len() > 0 && cv.sent.front().kind == expectOpaque {
 		cv.dequeue()
 		cv.goOpaque()
 	}
@@ -102,8 +102,8 @@ func (cv *conversation) advance() {
 // goOpaque stops following replies on this connection for good.
 func (cv *conversation) goOpaque() {
 	cv.opacity = opaque
-	if cv.multi || len(cv.multiStripes) > 0 || len(cv.multiHolds) > 0 {
-		cv.multi = false
+	if cv.tx.open() || len(cv.tx.stripes) > 0 || len(cv.tx.holds) > 0 {
+		cv.tx.confirmed = txClosed
 		cv.abandonTx()
 	}
 }
@@ -126,26 +126,26 @@ func (cv *conversation) onFrame(fr *resp.Frame) {
 			return
 		}
 		cv.countSubs(conf, fr)
-		if cv.slots.len() == 0 || cv.slots.front().kind != slotSub || cv.slots.front().subKind != conf.family {
+		if cv.sent.len() == 0 || cv.sent.front().kind != expectSubs || cv.sent.front().subKind != conf.family {
 			return
 		}
 		cv.subReply(conf.family, true)
 	case cv.proto == 2 && cv.subscribed() && v.Type == resp.TypeArray && isMessage(fr.Elems[0].Head()):
 		return
-	case cv.slots.len() == 0:
+	case cv.sent.len() == 0:
 		return // after a protocol error Redis answers what Cicada did not frame
-	case cv.slots.front().kind == slotSub:
-		ok := isConf && v.Type == resp.TypeArray && conf.family == cv.slots.front().subKind
+	case cv.sent.front().kind == expectSubs:
+		ok := isConf && v.Type == resp.TypeArray && conf.family == cv.sent.front().subKind
 		if ok {
 			cv.countSubs(conf, fr)
 		}
 		cv.subReply(conf.family, ok)
-	case cv.slots.front().kind == slotSwallow:
+	case cv.sent.front().kind == expectSwallow:
 		cv.dequeue()
 		cv.finishFill(fr)
 	default:
-		sl := cv.dequeue()
-		cv.complete(&sl, fr)
+		rq := cv.dequeue()
+		cv.complete(&rq, fr)
 	}
 	cv.advance()
 }
@@ -153,13 +153,13 @@ func (cv *conversation) onFrame(fr *resp.Frame) {
 // subReply counts one reply to the (un)subscribe command at the head; a
 // reply that is not a confirmation (an error, +QUEUED) ends it.
 func (cv *conversation) subReply(family command.SubKind, confirmation bool) {
-	head := cv.slots.front()
+	head := cv.sent.front()
 	switch {
 	case !confirmation:
-		if cv.multi {
+		if cv.tx.open() {
 			// +QUEUED (or an error queued as a failure): the confirmations
 			// will come inside EXEC's reply, and then messages.
-			cv.opaqueAfterExec = true
+			cv.tx.confirmed = txOpenSubscribing
 		}
 	case head.subLeft < 0:
 		// Unsubscribe from all: Redis confirms each subscription it drops
@@ -177,85 +177,90 @@ func (cv *conversation) subReply(family command.SubKind, confirmation bool) {
 }
 
 // complete applies the effects of the reply to a forwarded request.
-func (cv *conversation) complete(sl *slot, fr *resp.Frame) {
+func (cv *conversation) complete(rq *request, fr *resp.Frame) {
 	v := &fr.Value
 	failed := v.Type == resp.TypeError || v.Type == resp.TypeBulkError
 	// Outside MULTI, +QUEUED can only be a script's status reply.
-	queued := cv.multi && v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
+	queued := cv.tx.open() && v.Type == resp.TypeSimple && bytes.Equal(v.Head(), queuedReply)
 	if queued {
-		cv.deferQueued(sl)
+		cv.deferQueued(rq)
 		return
 	}
-	switch sl.act {
+	switch rq.act {
 	case command.ConnMulti, command.ConnExec, command.ConnDiscard:
-		cv.txInFlight--
+		cv.tx.inFlight--
 	}
 	switch {
-	case sl.act == command.ConnExec:
+	case rq.act == command.ConnExec:
 		executed := !failed && !v.Null && v.Type != resp.TypeSimple
 		if executed {
 			cv.applyTx()
 		}
-		opaque := executed && cv.opaqueAfterExec
+		opaque := executed && cv.tx.confirmed == txOpenSubscribing
 		cv.endMulti()
 		if opaque {
 			// The transaction subscribed: messages may follow at once.
-			cv.releaseWrites(sl.stripes)
-			cv.releaseHold(sl.hold, sl.held)
-			sl.stripes, sl.hold, sl.held = 0, holdNone, nil
-			cv.dropSlots()
+			cv.releaseWrites(rq.stripes)
+			cv.releaseHold(rq.hold, rq.held)
+			rq.stripes, rq.hold, rq.held = 0, holdNone, nil
+			cv.dropSent()
 			cv.goOpaque()
 			cv.opaquePubsub = true // its subscriptions are no longer counted
 		}
-	case sl.act == command.ConnDiscard:
+	case rq.act == command.ConnDiscard:
 		if !failed { // a DISCARD refused (ACL) leaves the transaction open
 			cv.endMulti()
 		}
 	case !failed:
-		cv.confirm(sl)
-	case sl.act == command.ConnHello && sl.auth:
+		cv.confirm(rq)
+	case rq.act == command.ConnHello && rq.auth:
 		// HELLO may authenticate and then fail (an invalid SETNAME): who
 		// the connection is now, only a unique identity can stand for.
 		cv.setIdent(cv.env.ids.anonymous())
 		cv.user, cv.userAnon = "", true
 	}
-	if cv.txInFlight == 0 {
-		cv.sendMulti = cv.multi // what was predicted at send is now known
+	if cv.tx.inFlight == 0 { // what was predicted at send is now known
+		switch {
+		case !cv.tx.open():
+			cv.tx.send = txSendNone // no MULTI, or refused
+		case cv.tx.send == txSendNone:
+			cv.tx.send = txSendQueue // a DISCARD refused (ACL)
+		}
 	}
-	cv.releaseWrites(sl.stripes)
-	cv.releaseHold(sl.hold, sl.held)
-	if sl.read != nil && !failed {
-		cv.readReplied(sl.read, fr)
+	cv.releaseWrites(rq.stripes)
+	cv.releaseHold(rq.hold, rq.held)
+	if rq.read != nil && !failed {
+		cv.readReplied(rq.read, fr)
 	}
 }
 
 // deferQueued keeps what a command queued in a transaction will do at
 // EXEC: its writes, suspensions and state change.
-func (cv *conversation) deferQueued(sl *slot) {
-	if sl.hold != holdNone {
-		cv.multiHolds = append(cv.multiHolds, queuedHold{kind: sl.hold, held: sl.held})
-		sl.hold, sl.held = holdNone, nil
+func (cv *conversation) deferQueued(rq *request) {
+	if rq.hold != holdNone {
+		cv.tx.holds = append(cv.tx.holds, queuedHold{kind: rq.hold, held: rq.held})
+		rq.hold, rq.held = holdNone, nil
 	}
-	cv.multiRules = cv.multiRules || sl.act == command.ConnAuthRules
-	if sl.rewrite != cluster.ReplyNone {
-		cv.multiRewrites = append(cv.multiRewrites, cluster.ExecElem{Index: cv.txQueued, Kind: sl.rewrite})
+	cv.tx.rules = cv.tx.rules || rq.act == command.ConnAuthRules
+	if rq.rewrite != cluster.ReplyNone {
+		cv.tx.rewrites = append(cv.tx.rewrites, cluster.ExecElem{Index: cv.tx.queued, Kind: rq.rewrite})
 	}
-	if sl.act.QueuedAtExec() {
-		cv.multiActs = append(cv.multiActs, queuedAct{idx: cv.txQueued, sl: *sl})
-		if sl.act == command.ConnSelect {
-			cv.txDB, cv.txDBSet = sl.arg, true
+	if rq.act.QueuedAtExec() {
+		cv.tx.acts = append(cv.tx.acts, queuedAct{idx: cv.tx.queued, rq: *rq})
+		if rq.act == command.ConnSelect {
+			cv.tx.db, cv.tx.dbSet = rq.arg, true
 		}
 	}
-	cv.txQueued++
-	for ; sl.stripes > 0; sl.stripes-- {
-		cv.multiStripes = append(cv.multiStripes, cv.writes.pop())
+	cv.tx.queued++
+	for ; rq.stripes > 0; rq.stripes-- {
+		cv.tx.stripes = append(cv.tx.stripes, cv.writes.pop())
 	}
 }
 
 // applyTx applies the state changes of an executed transaction, each one
 // whose element of EXEC's reply is not an error.
 func (cv *conversation) applyTx() {
-	for _, qa := range cv.multiActs {
+	for _, qa := range cv.tx.acts {
 		t, ok := cv.framer.ElemType(qa.idx)
 		switch {
 		case !ok:
@@ -264,12 +269,12 @@ func (cv *conversation) applyTx() {
 			cv.opaqueDBUnknown = true
 			return
 		case t == resp.TypeError || t == resp.TypeBulkError:
-			if qa.sl.act == command.ConnHello && qa.sl.auth {
+			if qa.rq.act == command.ConnHello && qa.rq.auth {
 				cv.setIdent(cv.env.ids.anonymous())
 				cv.user, cv.userAnon = "", true
 			}
 		default:
-			cv.confirm(&qa.sl)
+			cv.confirm(&qa.rq)
 		}
 	}
 }
@@ -299,21 +304,21 @@ func (cv *conversation) releaseHold(kind hold, held *hotcache.Hold) {
 }
 
 // confirm applies the connection state change of a successful reply.
-func (cv *conversation) confirm(sl *slot) {
+func (cv *conversation) confirm(rq *request) {
 	env := cv.env
-	switch sl.act {
+	switch rq.act {
 	case command.ConnSelect:
-		cv.db = int(sl.arg)
+		cv.db = int(rq.arg)
 	case command.ConnAuth:
-		cv.setIdent(env.ids.userOrAnonymous(sl.user, sl.anon))
-		cv.setUser(sl.user, sl.anon)
+		cv.setIdent(env.ids.userOrAnonymous(rq.user, rq.anon))
+		cv.setUser(rq.user, rq.anon)
 	case command.ConnHello:
-		if sl.arg != 0 {
-			cv.proto = int(sl.arg)
+		if rq.arg != 0 {
+			cv.proto = int(rq.arg)
 		}
-		if sl.auth {
-			cv.setIdent(env.ids.userOrAnonymous(sl.user, sl.anon))
-			cv.setUser(sl.user, sl.anon)
+		if rq.auth {
+			cv.setIdent(env.ids.userOrAnonymous(rq.user, rq.anon))
+			cv.setUser(rq.user, rq.anon)
 		}
 	case command.ConnReset:
 		cv.endMulti()
@@ -322,12 +327,12 @@ func (cv *conversation) confirm(sl *slot) {
 		cv.tracking, cv.readonly = false, false
 		cv.subs = [3]int64{}
 	case command.ConnMulti:
-		cv.multi = true
-		cv.txQueued = 0
+		cv.tx.confirmed = txOpen
+		cv.tx.queued = 0
 	case command.ConnTracking:
-		cv.tracking = sl.arg == 1
+		cv.tracking = rq.arg == 1
 	case command.ConnReadonly:
-		cv.readonly = sl.arg == 1
+		cv.readonly = rq.arg == 1
 	case command.ConnClusterChange:
 		env.topo.Distrust()
 	case command.ConnAuthRules:
@@ -339,22 +344,22 @@ func (cv *conversation) confirm(sl *slot) {
 // endMulti releases the writes queued in a transaction: it ran (EXEC) or
 // was dropped (DISCARD, RESET, EXECABORT).
 func (cv *conversation) endMulti() {
-	cv.multi, cv.opaqueAfterExec = false, false
-	if cv.multiRules {
-		cv.multiRules = false
+	cv.tx.confirmed = txClosed
+	if cv.tx.rules {
+		cv.tx.rules = false
 		cv.env.ids.rulesChanged()
 		cv.env.cache.Flush()
 	}
-	for _, st := range cv.multiStripes {
+	for _, st := range cv.tx.stripes {
 		cv.env.cache.EndWrite(st)
 	}
-	for _, q := range cv.multiHolds {
+	for _, q := range cv.tx.holds {
 		cv.releaseHold(q.kind, q.held)
 	}
-	cv.multiStripes, cv.multiHolds = cv.multiStripes[:0], cv.multiHolds[:0]
-	cv.multiActs = cv.multiActs[:0]
-	cv.multiRewrites = cv.multiRewrites[:0]
-	cv.txQueued, cv.txDBSet = 0, false
+	cv.tx.stripes, cv.tx.holds = cv.tx.stripes[:0], cv.tx.holds[:0]
+	cv.tx.acts = cv.tx.acts[:0]
+	cv.tx.rewrites = cv.tx.rewrites[:0]
+	cv.tx.queued, cv.tx.dbSet = 0, false
 }
 
 // readReplied handles the reply to a GET/HGET Cicada follows: a proof of

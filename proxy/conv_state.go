@@ -11,18 +11,18 @@ import (
 	"github.com/cicada-proxy/cicada/resp"
 )
 
-// slotKind says how a queued request's replies are consumed.
-type slotKind uint8
+// expect says which replies a sent request expects and what becomes of them.
+type expect uint8
 
 const (
-	slotReply   slotKind = iota // one reply, forwarded to the client
-	slotSub                     // (P|S)(UN)SUBSCRIBE: one confirmation per channel
-	slotSwallow                 // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
-	slotOpaque                  // from here on, replies pass through unframed
+	expectReply   expect = iota // one reply, forwarded to the client
+	expectSubs                  // (P|S)(UN)SUBSCRIBE: one confirmation per channel
+	expectSwallow               // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
+	expectOpaque                // from here on, replies pass through unframed
 )
 
-// hold is how the cache suspension a slot keeps until its reply (one
-// hotcache.Hold, in slot.held) is released: at once or through a fence,
+// hold is how the cache suspension a request keeps until its reply (one
+// hotcache.Hold, in request.held) is released: at once or through a fence,
 // after a flush or not.
 type hold uint8
 
@@ -87,9 +87,9 @@ type queuedHold struct {
 	held *hotcache.Hold
 }
 
-// slot is one forwarded request waiting for its reply.
-type slot struct {
-	kind    slotKind
+// request is one forwarded request waiting for its reply, in conversation.sent.
+type request struct {
+	kind    expect
 	act     command.ConnEffect // the state change its reply confirms
 	hold    hold
 	subKind command.SubKind
@@ -111,7 +111,7 @@ type slot struct {
 // effect at EXEC if element idx of EXEC's reply is not an error.
 type queuedAct struct {
 	idx int
-	sl  slot
+	rq  request
 }
 
 // readInfo follows a forwarded GET/HGET whose reply Cicada wants: a fill
@@ -188,11 +188,10 @@ func newConversation(env *convEnv, loop *loopState) conversation {
 //   - opacity (framed, opaqueAhead, opaque) and input (open, quit,
 //     protocol error): whether replies are still followed, and whether
 //     what the client sends next is read. Both only move forward.
-//   - the transaction: sendMulti (MULTI sent, EXEC/DISCARD/RESET not
-//     yet), multi (confirmed by Redis), txInFlight, and what queued
-//     commands will do at EXEC (multiStripes, multiHolds, multiActs,
-//     txEffects, multiRules, multiRewrites). Only framed connections
-//     follow one; going opaque abandons it (goOpaque).
+//   - the transaction (tx): its phase as the requests sent predict it
+//     (txSend) and as Redis confirmed it (txConfirmed), and what queued
+//     commands will do at EXEC. Only framed connections follow one;
+//     going opaque abandons it (goOpaque).
 //   - the reply mode of the reply being framed (reply, replyMode).
 //   - the state Redis confirmed: db, proto, ident/user, tracking,
 //     readonly, subs, accepted.
@@ -205,8 +204,8 @@ type conversation struct {
 	loop   *loopState
 	parser *resp.RequestParser
 	framer resp.ReplyFramer // Redis's replies; the last one's summary (EXEC's element types)
-	slots  ring[slot]
-	writes ring[uint32] // stripes of forwarded writes, in slot order
+	sent   ring[request]    // requests sent to Redis and not yet answered, oldest first
+	writes ring[uint32]     // stripes of forwarded writes, in request order
 
 	// Connection state as Redis confirmed it (replies processed so far).
 	db    int
@@ -217,34 +216,18 @@ type conversation struct {
 	freshGen uint64
 	user     string // ACL user Redis authenticated the connection as; "" if it never authenticated
 	userAnon bool   // authenticated as a user Cicada cannot name (or the user "")
-	multi    bool
 	tracking bool
 	readonly bool     // READONLY confirmed (Redis Cluster): a replica answers its master's slots
 	subs     [3]int64 // channels, patterns, shard channels
 
 	// Send side.
-	sendMulti       bool    // MULTI sent, EXEC/DISCARD/RESET not yet sent
 	opacity         opacity // whether replies are still followed (opaque mode)
 	input           input   // what becomes of what the client sends next
-	opaqueAfterExec bool    // a (un)subscribe command was queued: EXEC makes the connection opaque
-	multiRules      bool    // CONFIG SET or ACL changes queued in MULTI
 	opaqueDBUnknown bool    // a SELECT or RESET was sent in opaque mode: the db is not known
 	paused          bool    // parsing waits until every reply is in
 	pauseCounted    bool    // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
 
-	// Writes queued inside MULTI, released at EXEC/DISCARD's reply.
-	multiStripes []uint32
-	multiHolds   []queuedHold
-	// State changes queued inside MULTI, applied from EXEC's reply.
-	multiActs []queuedAct
-	// Effects of commands sent in a confirmed transaction, applied when
-	// EXEC is sent (see effects).
-	txEffects  []txEffect
-	txInFlight int   // MULTI, EXEC and DISCARD sent and not yet answered
-	txQueued   int   // commands Redis answered +QUEUED since MULTI
-	txState    bool  // a state change was sent in MULTI: pause after EXEC
-	txDB       int64 // the db a queued SELECT switches to at EXEC
-	txDBSet    bool  // ... when one was queued
+	tx transaction
 	// accepted is set by Redis's first reply that is not an error: until
 	// then Redis may still refuse the connection (maxclients, protected
 	// mode), so nothing is answered locally.
@@ -262,10 +245,7 @@ type conversation struct {
 	rewriting   cluster.Reply
 	rewriteExec []cluster.ExecElem
 	rewriteBuf  []byte
-	// multiRewrites are the topology commands queued in the confirmed
-	// transaction, by their index in EXEC's reply.
-	multiRewrites []cluster.ExecElem
-	capture       []byte
+	capture     []byte
 	// captureOverflow: the captured reply outgrew what the cache keeps;
 	// read when the reply is complete, reset at the next capture.
 	captureOverflow bool
@@ -274,15 +254,14 @@ type conversation struct {
 	pendingFill *readInfo
 
 	// Bookkeeping the limits charge (limits.go): held by the readInfo of
-	// queued slots, and by the keys in txEffects.
-	readBytes  int64
-	txKeyBytes int64
+	// queued requests (and by tx.effects' keys, tx.keyBytes).
+	readBytes int64
 	// opaquePubsub: EXEC of a (un)subscribe made the connection opaque:
 	// pubsub output limits apply.
 	opaquePubsub bool
 
 	// Upstream latency (queue, dequeue): the request being timed is the
-	// timedLeft-th slot from the head; 0 when none is.
+	// timedLeft-th request from the head; 0 when none is.
 	timedLeft int
 	timedAt   time.Time
 
@@ -293,11 +272,75 @@ type conversation struct {
 	hkNs    int64  // event-loop time framing it so far (sampled only)
 }
 
+// txSend is a transaction's phase as the requests sent so far predict it.
+// MULTI moves it from txSendNone to txSendQueue, a queued command that
+// changes connection state at EXEC (SELECT, AUTH, a subscribe, ...) to
+// txSendQueueState; EXEC, DISCARD and RESET back to txSendNone, and so
+// does the reply that shows Redis refused the MULTI (complete).
+type txSend uint8
+
+const (
+	txSendNone       txSend = iota // no MULTI sent since the last EXEC, DISCARD or RESET
+	txSendQueue                    // MULTI sent: what follows is probably queued
+	txSendQueueState               // ... and changes connection state at EXEC: pause after it
+)
+
+// txConfirmed is a transaction's phase as Redis's replies confirmed it:
+// MULTI's +OK opens it, a queued (un)subscribe's +QUEUED marks it
+// subscribing, EXEC's or DISCARD's reply, RESET's, or going opaque closes
+// it (endMulti, goOpaque).
+type txConfirmed uint8
+
+const (
+	txClosed          txConfirmed = iota // no transaction Redis confirmed
+	txOpen                               // commands are answered +QUEUED, to run at EXEC
+	txOpenSubscribing                    // ... one of them an (un)subscribe: EXEC makes the connection opaque
+)
+
+// transaction is a connection's MULTI ... EXEC, both sides of it: several
+// may be in flight in one pipeline, so what was sent runs ahead of what
+// Redis confirmed. Rules: a command's effects wait for EXEC only when
+// confirmed is open, send is queuing and no MULTI, EXEC or DISCARD is in
+// flight (effects); when inFlight reaches 0 the send side is corrected
+// to what Redis confirmed (complete). Owned by the conversation's loop.
+type transaction struct {
+	// Send side.
+	send     txSend
+	inFlight int // MULTI, EXEC and DISCARD sent and not yet answered
+	// effects of commands sent in a confirmed transaction, applied when
+	// EXEC is sent (see conversation.effects); keyBytes is what their keys
+	// hold, charged by the limits.
+	effects  []txEffect
+	keyBytes int64
+
+	// Reply side.
+	confirmed txConfirmed
+	queued    int   // commands Redis answered +QUEUED since MULTI
+	db        int64 // the db a queued SELECT switches to at EXEC
+	dbSet     bool  // ... when one was queued
+	rules     bool  // CONFIG SET or ACL changes queued: flush and re-check at the end
+	// Writes queued, released at EXEC's or DISCARD's reply.
+	stripes []uint32
+	holds   []queuedHold
+	// acts are the state changes queued, applied from EXEC's reply;
+	// rewrites the topology commands queued, by their index in EXEC's
+	// reply.
+	acts     []queuedAct
+	rewrites []cluster.ExecElem
+}
+
+// queuing reports whether a MULTI was sent and no EXEC, DISCARD or RESET
+// after it.
+func (t *transaction) queuing() bool { return t.send != txSendNone }
+
+// open reports whether Redis confirmed a MULTI that is not over.
+func (t *transaction) open() bool { return t.confirmed != txClosed }
+
 // decision is what processClient does with a complete request.
 type decision uint8
 
 const (
-	decideForward decision = iota // send it to Redis (slot queued)
+	decideForward decision = iota // send it to Redis (request queued)
 	decideLocal                   // answered from the cache (reply in loop.out)
 	decidePause                   // stop parsing until every reply is in
 	decideInject                  // forward it and loop.inject right behind it

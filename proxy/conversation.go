@@ -18,7 +18,7 @@ func (cv *conversation) onCommand(n int) decision {
 	}
 	if authenticates(args, argc) && cv.opacity == framed {
 		switch {
-		case cv.sendMulti && cv.env.settings.Commands().AuthErrorsDropped():
+		case cv.tx.queuing() && cv.env.settings.Commands().AuthErrorsDropped():
 			// Queued, a failed AUTH's error goes missing from EXEC's
 			// reply (redis/redis#15640): the replies that follow cannot
 			// be counted.
@@ -33,7 +33,7 @@ func (cv *conversation) onCommand(n int) decision {
 			cv.loop.stats.forwarded.Add(1)
 			cv.pushOpaque()
 			return decideForward
-		case !cv.sendMulti && cv.slots.len() > 0:
+		case !cv.tx.queuing() && cv.sent.len() > 0:
 			// Sent behind other requests, Redis 7.2+ drops a failed
 			// AUTH's error while their replies are pending in its output
 			// buffer (redis/redis#15640): it goes alone, once they are in.
@@ -47,7 +47,7 @@ func (cv *conversation) onCommand(n int) decision {
 		// then closes: it reads nothing after it.
 		cv.input = inputQuit
 		if cv.opacity == framed {
-			cv.queue(slot{kind: slotReply})
+			cv.queue(request{kind: expectReply})
 		}
 		return decideForward
 	}
@@ -55,59 +55,61 @@ func (cv *conversation) onCommand(n int) decision {
 	if spec != nil && spec.ArityOK(int(argc)) {
 		conn = spec.Conn
 	}
-	sl := slot{kind: slotReply}
+	rq := request{kind: expectReply}
 	pauseAfter := conn.PausesAfter() // what follows must see the state it sets
 	switch conn {
 	case command.ConnSelect:
 		if db, ok := resp.ParseInt(args[1]); ok {
-			sl.act, sl.arg = conn, db
+			rq.act, rq.arg = conn, db
 		}
 		cv.opaqueDBUnknown = cv.opacity != framed
 	case command.ConnReset:
-		sl.act = conn
-		cv.sendMulti, cv.txState = false, false
+		rq.act = conn
+		cv.tx.send = txSendNone
 		cv.clearTxEffects()
 		cv.opaqueDBUnknown = cv.opacity != framed
 	case command.ConnMulti:
-		sl.act = conn
-		cv.sendMulti = true
-		cv.txInFlight++
+		rq.act = conn
+		if cv.tx.send == txSendNone { // a nested MULTI is refused
+			cv.tx.send = txSendQueue
+		}
+		cv.tx.inFlight++
 	case command.ConnExec:
-		sl.act = conn
-		pauseAfter = cv.txState // what follows must see the state it sets
-		cv.sendMulti, cv.txState = false, false
-		cv.txInFlight++
+		rq.act = conn
+		pauseAfter = cv.tx.send == txSendQueueState // what follows must see the state it sets
+		cv.tx.send = txSendNone
+		cv.tx.inFlight++
 	case command.ConnDiscard:
-		sl.act = conn
-		cv.sendMulti, cv.txState = false, false
+		rq.act = conn
+		cv.tx.send = txSendNone
 		cv.clearTxEffects()
-		cv.txInFlight++
+		cv.tx.inFlight++
 	case command.ConnAuth:
-		sl.act, sl.user, sl.auth = conn, "default", true
+		rq.act, rq.user, rq.auth = conn, "default", true
 		if argc == 3 {
 			if args[1] == nil {
-				sl.user, sl.anon = "", true // too long to capture
+				rq.user, rq.anon = "", true // too long to capture
 			} else {
-				sl.user = string(args[1])
+				rq.user = string(args[1])
 			}
 		}
 	case command.ConnHello:
-		sl.act = conn
-		sl.arg, sl.user, sl.auth, sl.anon = parseHello(args)
+		rq.act = conn
+		rq.arg, rq.user, rq.auth, rq.anon = parseHello(args)
 		if int64(len(args)) != argc { // an AUTH option may be among the uncaptured
-			sl.auth, sl.anon = true, true
+			rq.auth, rq.anon = true, true
 		}
 	case command.ConnClusterChange:
-		sl.act = conn
+		rq.act = conn
 	case command.ConnReadonly:
-		sl.act = conn
+		rq.act = conn
 		if spec.ConnOn {
-			sl.arg = 1
+			rq.arg = 1
 		}
 	case command.ConnTracking:
-		sl.act = conn
+		rq.act = conn
 		if command.EqualFold(args[2], "on") {
-			sl.arg = 1
+			rq.arg = 1
 		}
 	case command.ConnReplyMode:
 		if command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip") {
@@ -127,45 +129,45 @@ func (cv *conversation) onCommand(n int) decision {
 		cv.pushOpaque()
 		return decideForward
 	case command.ConnAuthRules:
-		sl.act = conn
+		rq.act = conn
 		if spec.ConnVerify {
 			// CONFIG SET may change requirepass or notify-keyspace-events:
 			// no cache answers until the classes Cicada needs are
 			// verified again.
-			sl.hold = holdVerify
+			rq.hold = holdVerify
 		}
 	case command.ConnSubscribe:
-		sl.kind = slotSub
-		sl.subKind = spec.ConnSub
-		sl.subLeft = int32(argc - 1)
+		rq.kind = expectSubs
+		rq.subKind = spec.ConnSub
+		rq.subLeft = int32(argc - 1)
 		if argc == 1 {
-			sl.subLeft = -1
+			rq.subLeft = -1
 		}
-		if cv.sendMulti {
+		if cv.tx.queuing() {
 			// Queued, its confirmations come inside EXEC's reply (see
 			// subReply), or executed if MULTI was refused: wait and see.
-			cv.txState, pauseAfter = true, true
+			cv.tx.send, pauseAfter = txSendQueueState, true
 		}
 	}
-	if sl.act.QueuedAtExec() && cv.sendMulti {
+	if rq.act.QueuedAtExec() && cv.tx.queuing() {
 		// Probably queued, to take effect at EXEC (see applyTx). Wait
 		// for Redis's answer: +QUEUED, or the change itself if MULTI
 		// was refused.
-		cv.txState, pauseAfter = true, true
+		cv.tx.send, pauseAfter = txSendQueueState, true
 	}
 	if cv.env.addrMap.Len() > 0 {
 		// Inside MULTI the reply is +QUEUED, which Rewrite leaves alone;
 		// a MULTI Redis refused leaves the command run at once.
-		sl.rewrite = cluster.TopologyCommand(args)
+		rq.rewrite = cluster.TopologyCommand(args)
 	}
-	cv.effects(spec, args, argc, &sl)
-	if sl.act == command.ConnExec {
-		cv.applyTxEffects(&sl)
+	cv.effects(spec, args, argc, &rq)
+	if rq.act == command.ConnExec {
+		cv.applyTxEffects(&rq)
 	}
 	if cv.opacity != framed {
 		return decideForward
 	}
-	cv.queue(sl)
+	cv.queue(rq)
 	if pauseAfter {
 		cv.paused = true
 	}
@@ -179,7 +181,7 @@ func (cv *conversation) onCommand(n int) decision {
 // commands run there. On an opaque connection, whose replies are not
 // followed, the keys are only invalidated, and anything broader empties
 // the cache and suspends it for opaqueHold.
-func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, sl *slot) {
+func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, rq *request) {
 	effect := command.EffectUnknown
 	if spec != nil {
 		effect = spec.Effect
@@ -194,7 +196,7 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, s
 			effect, keys = command.EffectUnknown, nil
 		}
 	}
-	h := sl.hold
+	h := rq.hold
 	switch effect {
 	case command.EffectUnknown:
 		h |= holdFence
@@ -203,44 +205,44 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, s
 	}
 	switch {
 	case cv.opacity != framed:
-		cv.applyOpaque(keys, h, sl.act == command.ConnAuthRules)
-	case cv.multi && cv.sendMulti && cv.txInFlight == 0:
+		cv.applyOpaque(keys, h, rq.act == command.ConnAuthRules)
+	case cv.tx.open() && cv.tx.queuing() && cv.tx.inFlight == 0:
 		// Redis confirmed MULTI and nothing can end it before this
 		// command: it is queued, and runs at EXEC.
 		for i := range keys {
 			key := keys[i].Clone()
-			cv.txKeyBytes += int64(key.Size())
-			cv.txEffects = append(cv.txEffects, txEffect{key: key})
+			cv.tx.keyBytes += int64(key.Size())
+			cv.tx.effects = append(cv.tx.effects, txEffect{key: key})
 		}
 		if h != holdNone {
-			cv.txEffects = append(cv.txEffects, txEffect{hold: h})
+			cv.tx.effects = append(cv.tx.effects, txEffect{hold: h})
 		}
-		sl.hold = holdNone
+		rq.hold = holdNone
 	default:
 		cache := cv.env.cache
 		for i := range keys {
 			cv.writes.push(cache.BeginWrite(&keys[i]))
-			sl.stripes++
+			rq.stripes++
 		}
 		if h != holdNone {
-			sl.held = cache.Hold()
+			rq.held = cache.Hold()
 		}
-		sl.hold = h
+		rq.hold = h
 	}
 }
 
 // clearTxEffects forgets the effects of the queued transaction.
 func (cv *conversation) clearTxEffects() {
-	clear(cv.txEffects) // drop the keys: the slice's storage is reused
-	cv.txEffects, cv.txKeyBytes = cv.txEffects[:0], 0
+	clear(cv.tx.effects) // drop the keys: the slice's storage is reused
+	cv.tx.effects, cv.tx.keyBytes = cv.tx.effects[:0], 0
 }
 
 // applyTxEffects applies the deferred effects of the transaction to the
-// EXEC being sent: its slot then holds them until EXEC's reply.
-func (cv *conversation) applyTxEffects(sl *slot) {
+// EXEC being sent: its request then holds them until EXEC's reply.
+func (cv *conversation) applyTxEffects(rq *request) {
 	var h hold
 	var keys []hotcache.Key
-	for _, e := range cv.txEffects {
+	for _, e := range cv.tx.effects {
 		if e.hold != holdNone {
 			h |= e.hold
 			continue
@@ -255,13 +257,13 @@ func (cv *conversation) applyTxEffects(sl *slot) {
 	cache := cv.env.cache
 	for i := range keys {
 		cv.writes.push(cache.BeginWrite(&keys[i]))
-		sl.stripes++
+		rq.stripes++
 	}
 	if h != holdNone {
-		if sl.hold == holdNone {
-			sl.held = cache.Hold() // one per slot, whatever its hold bits
+		if rq.hold == holdNone {
+			rq.held = cache.Hold() // one per request, whatever its hold bits
 		}
-		sl.hold |= h
+		rq.hold |= h
 	}
 }
 
@@ -297,10 +299,10 @@ func (cv *conversation) writtenKeys(spec *command.Spec, args [][]byte, argc int6
 		db := r.DB
 		if db == command.CurrentDB {
 			db = cv.db
-			if cv.sendMulti && cv.txDBSet && int(cv.txDB) != cv.db {
+			if cv.tx.queuing() && cv.tx.dbSet && int(cv.tx.db) != cv.db {
 				// A queued SELECT may have switched the db by the time
 				// this runs: evict in both.
-				keys = append(keys, hotcache.KeyOf(int(cv.txDB), args[r.Arg]))
+				keys = append(keys, hotcache.KeyOf(int(cv.tx.db), args[r.Arg]))
 			}
 		}
 		keys = append(keys, hotcache.KeyOf(db, args[r.Arg]))
@@ -381,8 +383,8 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 	env := cv.env
 	clustered := env.topo.Enabled()
 	var f hotcache.Found
-	if cv.slots.len() > 0 {
-		if cv.sendMulti || cv.opacity != framed {
+	if cv.sent.len() > 0 {
+		if cv.tx.queuing() || cv.opacity != framed {
 			return answerForward, nil
 		}
 		cv.checkFresh()
@@ -437,14 +439,14 @@ func (cv *conversation) forwardFill(k *hotcache.Key) decision {
 	}
 	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: env.cache.Now()}
 	cv.forwardRead(ri)
-	cv.queue(slot{kind: slotSwallow})
+	cv.queue(request{kind: expectSwallow})
 	cv.loop.inject = resp.AppendCommand(cv.loop.inject[:0], pttl, k.Name())
 	if k.IsField() && env.settings.Commands().FieldTTL() {
 		// A field expires on its own (Redis 7.4+), and Redis tells only
 		// when its active expiry deletes it: the field's TTL bounds the
 		// entry too.
 		ri.fieldTTL = true
-		cv.queue(slot{kind: slotSwallow})
+		cv.queue(request{kind: expectSwallow})
 		cv.loop.inject = resp.AppendCommand(cv.loop.inject, hpttl, k.Name(), fields, one, k.Field())
 	}
 	cv.loop.stats.fillsTried.Add(1)
@@ -460,7 +462,7 @@ var (
 
 func (cv *conversation) forwardRead(ri *readInfo) decision {
 	if cv.opacity == framed {
-		cv.queue(slot{kind: slotReply, read: ri})
+		cv.queue(request{kind: expectReply, read: ri})
 	}
 	cv.loop.stats.misses.Add(1)
 	cv.loop.stats.forwarded.Add(1)
@@ -531,26 +533,26 @@ func replconfMaySkipReply(args [][]byte, argc int64) bool {
 	return false
 }
 
-// queue appends a slot; every queued slot counts in the loop's in-flight
+// queue appends a request; every queued request counts in the loop's in-flight
 // gauge until dequeue.
-func (cv *conversation) queue(sl slot) {
-	if sl.read != nil {
-		cv.readBytes += readInfoSize(sl.read)
+func (cv *conversation) queue(rq request) {
+	if rq.read != nil {
+		cv.readBytes += readInfoSize(rq.read)
 	}
-	cv.slots.push(sl)
+	cv.sent.push(rq)
 	cv.loop.stats.inflight.Add(1)
 	cv.timeRequest()
 }
 
-// dequeue removes the head slot.
-func (cv *conversation) dequeue() slot {
+// dequeue removes the head request.
+func (cv *conversation) dequeue() request {
 	cv.loop.stats.inflight.Add(-1)
 	cv.replyArrived()
-	sl := cv.slots.pop()
-	if sl.read != nil {
-		cv.readBytes -= readInfoSize(sl.read)
+	rq := cv.sent.pop()
+	if rq.read != nil {
+		cv.readBytes -= readInfoSize(rq.read)
 	}
-	return sl
+	return rq
 }
 
 // canAnswer reports whether confirmed state lets Cicada answer a GET/HGET
@@ -559,7 +561,7 @@ func (cv *conversation) dequeue() slot {
 // sent it a message that is still on its way through Cicada, and a local
 // answer could overtake it.
 func (cv *conversation) canAnswer() bool {
-	return cv.accepted && !cv.multi && !cv.sendMulti && !cv.tracking && cv.opacity == framed && !cv.subscribed()
+	return cv.accepted && !cv.tx.open() && !cv.tx.queuing() && !cv.tracking && cv.opacity == framed && !cv.subscribed()
 }
 
 func (cv *conversation) subscribed() bool { return cv.subs[0]+cv.subs[1]+cv.subs[2] > 0 }
@@ -577,20 +579,20 @@ func (cv *conversation) pushOpaque() {
 	if cv.opacity == framed {
 		cv.opacity = opaqueAhead
 	}
-	cv.queue(slot{kind: slotOpaque})
+	cv.queue(request{kind: expectOpaque})
 	cv.advance()
 }
 
 // dropSlots forgets every queued request whose reply will not be followed:
 // its writes end and its holds are released with a flush (it may run, or
 // have run, unobserved; its notifications do the rest).
-func (cv *conversation) dropSlots() {
-	for cv.slots.len() > 0 {
-		sl := cv.dequeue()
-		cv.releaseWrites(sl.stripes)
-		if sl.hold != holdNone {
+func (cv *conversation) dropSent() {
+	for cv.sent.len() > 0 {
+		rq := cv.dequeue()
+		cv.releaseWrites(rq.stripes)
+		if rq.hold != holdNone {
 			cv.env.cache.Flush()
-			sl.held.Release()
+			rq.held.Release()
 		}
 	}
 }
@@ -600,19 +602,19 @@ func (cv *conversation) dropSlots() {
 // flush and an opaqueHold suspension.
 func (cv *conversation) abandonTx() {
 	cache := cv.env.cache
-	for _, st := range cv.multiStripes {
+	for _, st := range cv.tx.stripes {
 		cache.EndWrite(st)
 	}
-	if len(cv.multiHolds) > 0 || cv.multiRules {
+	if len(cv.tx.holds) > 0 || cv.tx.rules {
 		cv.env.suspendFor(opaqueHold)
 	}
-	for _, q := range cv.multiHolds {
+	for _, q := range cv.tx.holds {
 		q.held.Release()
 	}
-	cv.multiStripes, cv.multiHolds, cv.multiActs = cv.multiStripes[:0], cv.multiHolds[:0], cv.multiActs[:0]
-	cv.multiRewrites = cv.multiRewrites[:0]
+	cv.tx.stripes, cv.tx.holds, cv.tx.acts = cv.tx.stripes[:0], cv.tx.holds[:0], cv.tx.acts[:0]
+	cv.tx.rewrites = cv.tx.rewrites[:0]
 	cv.clearTxEffects()
-	cv.multiRules = false
+	cv.tx.rules = false
 }
 
 // releaseWrites ends the n oldest in-flight writes.
@@ -656,7 +658,7 @@ func (cv *conversation) checkFresh() {
 // a pipeline of 16 costs one clock read, not 16.
 func (cv *conversation) timeRequest() {
 	if cv.timedLeft == 0 {
-		cv.timedLeft = cv.slots.len()
+		cv.timedLeft = cv.sent.len()
 		cv.timedAt = time.Now()
 	}
 }
@@ -677,7 +679,7 @@ func (cv *conversation) replyArrived() {
 // request is in flight (no reply unanswered, no command half parsed, no
 // fill pending): reports whether it did.
 func (cv *conversation) shrink() bool {
-	if cv.slots.len() > 0 || cv.reply == replyCapture || cv.pendingFill != nil {
+	if cv.sent.len() > 0 || cv.reply == replyCapture || cv.pendingFill != nil {
 		return false
 	}
 	// keysBuf's storage holds slices of the parser's buffer: a parser
@@ -685,22 +687,22 @@ func (cv *conversation) shrink() bool {
 	if cv.parser.Shrink() || cap(cv.keysBuf) > shrinkSlack {
 		cv.keysBuf = nil
 	}
-	cv.slots.shrink()
+	cv.sent.shrink()
 	cv.writes.shrink()
 	if cap(cv.capture) > shrinkSlack<<10 {
 		cv.capture = nil
 	}
-	if len(cv.txEffects) == 0 && cap(cv.txEffects) > shrinkSlack {
-		cv.txEffects = nil
+	if len(cv.tx.effects) == 0 && cap(cv.tx.effects) > shrinkSlack {
+		cv.tx.effects = nil
 	}
-	if len(cv.multiActs) == 0 && cap(cv.multiActs) > shrinkSlack {
-		cv.multiActs = nil
+	if len(cv.tx.acts) == 0 && cap(cv.tx.acts) > shrinkSlack {
+		cv.tx.acts = nil
 	}
-	if len(cv.multiStripes) == 0 && cap(cv.multiStripes) > shrinkSlack {
-		cv.multiStripes = nil
+	if len(cv.tx.stripes) == 0 && cap(cv.tx.stripes) > shrinkSlack {
+		cv.tx.stripes = nil
 	}
-	if len(cv.multiHolds) == 0 && cap(cv.multiHolds) > shrinkSlack {
-		cv.multiHolds = nil
+	if len(cv.tx.holds) == 0 && cap(cv.tx.holds) > shrinkSlack {
+		cv.tx.holds = nil
 	}
 	return true
 }

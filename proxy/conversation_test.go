@@ -131,7 +131,7 @@ func (h *convHarness) viaSession(t *testing.T, b string, n int) []byte {
 			}
 			h.up.out = h.up.out[:0]
 		}
-		if countReplies(h.client.out) >= n && h.s.slots.len() == 0 {
+		if countReplies(h.client.out) >= n && h.s.sent.len() == 0 {
 			return h.client.out
 		}
 		_ = h.redis.SetReadDeadline(deadline)
@@ -214,15 +214,15 @@ func TestConversations(t *testing.T) {
 		}},
 		{name: "multi exec", steps: []convStep{
 			{send: cmds("MULTI", "SET a 1", "SELECT 2", "GET a"), replies: 4, check: func(t *testing.T, s *session) {
-				if !s.multi || !s.sendMulti || s.txQueued != 3 || len(s.multiActs) != 1 || s.db != 0 {
-					t.Errorf("in MULTI: multi %v sent %v queued %d acts %d db %d, want true true 3 1 0",
-						s.multi, s.sendMulti, s.txQueued, len(s.multiActs), s.db)
+				if s.tx.confirmed != txOpen || s.tx.send != txSendQueueState || s.tx.queued != 3 || len(s.tx.acts) != 1 || s.db != 0 {
+					t.Errorf("in MULTI: confirmed %d send %d queued %d acts %d db %d, want %d %d 3 1 0",
+						s.tx.confirmed, s.tx.send, s.tx.queued, len(s.tx.acts), s.db, txOpen, txSendQueueState)
 				}
 			}},
 			{send: cmds("EXEC"), replies: 1, check: func(t *testing.T, s *session) {
-				if s.multi || s.sendMulti || s.txQueued != 0 || len(s.multiActs) != 0 || s.db != 2 {
+				if s.tx.open() || s.tx.queuing() || s.tx.queued != 0 || len(s.tx.acts) != 0 || s.db != 2 {
 					t.Errorf("after EXEC: multi %v sent %v queued %d acts %d db %d, want false false 0 0 2",
-						s.multi, s.sendMulti, s.txQueued, len(s.multiActs), s.db)
+						s.tx.open(), s.tx.queuing(), s.tx.queued, len(s.tx.acts), s.db)
 				}
 			}},
 		}},
@@ -231,8 +231,8 @@ func TestConversations(t *testing.T) {
 		}},
 		{name: "discard", steps: []convStep{
 			{send: cmds("MULTI", "SELECT 5", "DISCARD", "PING"), replies: 4, check: func(t *testing.T, s *session) {
-				if s.multi || s.db != 0 || len(s.multiStripes) != 0 {
-					t.Errorf("after DISCARD: multi %v db %d stripes %d, want false 0 0", s.multi, s.db, len(s.multiStripes))
+				if s.tx.open() || s.db != 0 || len(s.tx.stripes) != 0 {
+					t.Errorf("after DISCARD: multi %v db %d stripes %d, want false 0 0", s.tx.open(), s.db, len(s.tx.stripes))
 				}
 			}},
 		}},
@@ -268,9 +268,9 @@ func TestConversations(t *testing.T) {
 		{name: "reset", steps: []convStep{
 			{send: cmds("HELLO 3", "SELECT 7", "CLIENT TRACKING on", "MULTI"), replies: 4},
 			{send: cmds("RESET"), replies: 1, check: func(t *testing.T, s *session) {
-				if s.db != 0 || s.proto != 2 || s.multi || s.tracking || s.sendMulti {
+				if s.db != 0 || s.proto != 2 || s.tx.open() || s.tracking || s.tx.queuing() {
 					t.Errorf("after RESET: db %d proto %d multi %v tracking %v sent %v, want 0 2 false false false",
-						s.db, s.proto, s.multi, s.tracking, s.sendMulti)
+						s.db, s.proto, s.tx.open(), s.tracking, s.tx.queuing())
 				}
 			}},
 		}},
@@ -288,8 +288,8 @@ func TestConversations(t *testing.T) {
 		}},
 		{name: "client reply skip goes opaque", steps: []convStep{
 			{send: cmds("SET k 1", "CLIENT REPLY SKIP", "INCR k", "GET k"), replies: 2, check: func(t *testing.T, s *session) {
-				if s.opacity != opaque || s.slots.len() != 0 {
-					t.Errorf("after CLIENT REPLY SKIP: opacity %d slots %d, want opaque, 0", s.opacity, s.slots.len())
+				if s.opacity != opaque || s.sent.len() != 0 {
+					t.Errorf("after CLIENT REPLY SKIP: opacity %d sent %d, want opaque, 0", s.opacity, s.sent.len())
 				}
 			}},
 			{send: cmds("GET k", "SET k 3", "GET k"), replies: 3},
@@ -363,9 +363,14 @@ func TestConversations(t *testing.T) {
 			{send: cmds("UNSUBSCRIBE ch", "GET k"), replies: 2},
 		}},
 		{name: "subscribe in a transaction goes opaque", steps: []convStep{
-			{send: cmds("MULTI", "SUBSCRIBE x", "EXEC"), replies: 3, check: func(t *testing.T, s *session) {
-				if s.opacity != opaque || s.multi {
-					t.Errorf("after EXEC of a SUBSCRIBE: opacity %d multi %v, want opaque false", s.opacity, s.multi)
+			{send: cmds("MULTI", "SUBSCRIBE x"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.tx.confirmed != txOpenSubscribing || s.tx.send != txSendQueueState {
+					t.Errorf("SUBSCRIBE queued: confirmed %d send %d, want %d %d", s.tx.confirmed, s.tx.send, txOpenSubscribing, txSendQueueState)
+				}
+			}},
+			{send: cmds("EXEC"), replies: 1, check: func(t *testing.T, s *session) {
+				if s.opacity != opaque || s.tx.open() {
+					t.Errorf("after EXEC of a SUBSCRIBE: opacity %d multi %v, want opaque false", s.opacity, s.tx.open())
 				}
 			}},
 			{both: cmds("PUBLISH x m"), send: cmds("PING"), replies: 2},
@@ -377,8 +382,8 @@ func TestConversations(t *testing.T) {
 		{name: "nested multi and execabort", steps: []convStep{
 			{send: cmds("MULTI", "MULTI", "SELECT 9", "GET"), replies: 4},
 			{send: cmds("EXEC", "PING"), replies: 2, check: func(t *testing.T, s *session) {
-				if s.multi || s.db != 0 {
-					t.Errorf("after EXECABORT: multi %v db %d, want false 0", s.multi, s.db)
+				if s.tx.open() || s.db != 0 {
+					t.Errorf("after EXECABORT: multi %v db %d, want false 0", s.tx.open(), s.db)
 				}
 			}},
 		}},

@@ -39,13 +39,13 @@
 //	                                                │   (queue empty)
 //	                                                ├─ pause: a cached GET behind
 //	                                                │   unanswered replies waits
-//	                                                └─ forward ─► slot queued
+//	                                                └─ forward ─► request queued
 //	                                                              ─► upstream
-//	Redis ──► OnTraffic(upstream) ── ReplyFramer ── reply for the head slot
+//	Redis ──► OnTraffic(upstream) ── ReplyFramer ── reply for the head request
 //	                                                 (state change, fill,
 //	                                                  write released) ─► client
 //	                                                 push / pub/sub message
-//	                                                  (no slot) ─────► client
+//	                                                  (no request) ──► client
 //
 // A local answer is only given when no forwarded reply is outstanding, so it
 // is written after every earlier reply and is computed from connection state
@@ -106,6 +106,17 @@
 // session is active, each request with one key is counted on its loop:
 // local answers at once, forwarded ones when their reply has been framed.
 // With no session, the request path pays one atomic load (Tracker.On).
+//
+// # States
+//
+// Each state machine is a typed value, its transitions stated where it is
+// declared: a session's two connections, clientLife (open, half, closing,
+// gone) and upLife (dialing, open, shut, invalid, closed); a
+// conversation's opacity (framed, opaqueAhead, opaque), input (open,
+// quit, protocol error), transaction (txSend and txConfirmed, with what
+// queued commands do at EXEC) and the replyMode of the reply being framed;
+// each sent request's expect (one reply, confirmations, swallowed, the
+// opaque point).
 //
 // # Closing
 //

@@ -76,11 +76,11 @@ func readEOF(err error) bool {
 // every earlier reply (Redis too drops what a client has not taken when
 // it frees it).
 func halfClose(s *session, c gnet.Conn, err error) bool {
-	if s.closed || s.gone || s.upClosed || s.srv.draining.Load() {
+	if s.closing() || s.released() || s.srv.draining.Load() {
 		return false
 	}
 	in := c.InboundBuffered()
-	pending := in > 0 || s.slots.len() > 0 || s.opacity != framed || (s.up != nil && s.up.OutboundBuffered() > 0)
+	pending := in > 0 || s.sent.len() > 0 || s.opacity != framed || (s.up != nil && s.up.OutboundBuffered() > 0)
 	if !pending {
 		return false
 	}
@@ -97,7 +97,7 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 		buf, _ := c.Peek(-1)
 		h.in = append([]byte(nil), buf...)
 	}
-	s.client = h
+	s.client, s.life = h, clientHalf
 	h.progress()
 	return true
 }
@@ -109,13 +109,13 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 // connection down for writing: Redis reads the EOF the client sent.
 func (h *halfConn) progress() {
 	s := h.s
-	if s.closed || s.gone || s.upShut || s.up == nil || s.srv.draining.Load() {
+	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() {
 		return
 	}
 	if !s.paused {
 		s.processClient()
 	}
-	if s.closed || s.gone {
+	if s.closing() || s.upLife != upOpen {
 		return
 	}
 	if s.paused {
@@ -146,14 +146,14 @@ func (h *halfConn) progress() {
 // and close the connection.
 func (h *halfConn) shutUpstream() {
 	s := h.s
-	if s.gone || s.upShut {
+	if s.released() || s.upLife != upOpen {
 		return
 	}
 	if s.up.OutboundBuffered() > 0 {
 		h.after(h.shutUpstream)
 		return
 	}
-	s.upShut = true
+	s.upLife = upShut
 	_ = unix.Shutdown(s.up.Fd(), unix.SHUT_WR)
 }
 

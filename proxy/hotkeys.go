@@ -13,7 +13,7 @@ import (
 //
 //	local answer ──► request bytes + reply bytes, event-loop time from the
 //	                 parsed request to the appended reply ──► Tracker.Record
-//	forwarded    ──► an hkReq rides on its slot; request bytes and the time
+//	forwarded    ──► an hkReq rides on its request; request bytes and the time
 //	                 to decide, then the reply's bytes and the time to frame
 //	                 and settle it (onUpstreamTraffic) ──► Tracker.Record
 //

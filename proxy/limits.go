@@ -28,11 +28,11 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 const heavyBytes = 64 << 10
 
 // What Cicada's bookkeeping of one request Redis has not answered costs,
-// in bytes: a slot, a write stripe, a GET/HGET followed for a fill or a
+// in bytes: a request, a write stripe, a GET/HGET followed for a fill or a
 // proof (plus its key and field), an effect or state change queued in a
 // transaction (plus its key).
 const (
-	slotBytes      = int64(unsafe.Sizeof(slot{}))
+	requestBytes   = int64(unsafe.Sizeof(request{}))
 	stripeBytes    = int64(unsafe.Sizeof(uint32(0)))
 	readInfoBytes  = int64(unsafe.Sizeof(readInfo{}))
 	txEffectBytes  = int64(unsafe.Sizeof(txEffect{}))
@@ -43,15 +43,15 @@ const (
 // until Redis answers them: the bytes queued on the upstream connection
 // (gnet's outbound buffer, which grows while Redis does not read, as
 // during a long script) and the bookkeeping of every request forwarded
-// and not yet answered (its slot, 72 bytes, and what it follows). Redis
+// and not yet answered (its request, 72 bytes, and what it follows). Redis
 // would hold those requests unread in its socket, or read and not yet
 // processed in its query buffer: the backlog counts towards
 // client-query-buffer-limit as well as max-client-memory.
 func (s *session) backlog() int64 {
-	b := int64(s.slots.cap())*slotBytes + int64(s.writes.cap())*stripeBytes + s.readBytes +
-		int64(cap(s.txEffects))*txEffectBytes + s.txKeyBytes + int64(cap(s.multiActs))*queuedActBytes +
-		int64(cap(s.multiStripes))*stripeBytes + int64(cap(s.rewriteBuf))
-	if s.up != nil && !s.upClosed {
+	b := int64(s.sent.cap())*requestBytes + int64(s.writes.cap())*stripeBytes + s.readBytes +
+		int64(cap(s.tx.effects))*txEffectBytes + s.tx.keyBytes + int64(cap(s.tx.acts))*queuedActBytes +
+		int64(cap(s.tx.stripes))*stripeBytes + int64(cap(s.rewriteBuf))
+	if s.up != nil && s.upLife != upClosed {
 		b += int64(s.up.OutboundBuffered())
 	}
 	return b
@@ -84,13 +84,13 @@ const sumEvery = 1 << 20
 // 0, so close sends a reset) discards it, and the client gets only what
 // had already reached its own receive buffer, then ECONNRESET.
 func (s *session) closeFor(why closeReason, held int64) {
-	if s.closed {
+	if s.closing() {
 		return
 	}
 	s.srv.closedFor[why].Add(1)
 	s.srv.log.Warn("closing client", zap.Stringer("reason", why),
 		zap.String("client", s.client.RemoteAddr().String()), zap.Int64("bytes", held))
-	s.closed = true
+	s.life = clientClosing
 	_ = s.client.SetLinger(0)
 	_ = s.client.Close() // its buffers stay counted in loop.heavy until release
 }
@@ -142,7 +142,7 @@ func (s *session) checkOutput() bool {
 // closed.
 func (s *session) chargeMemory() bool {
 	budget := s.srv.cfg.MaxClientMemory
-	if budget <= 0 || s.closed {
+	if budget <= 0 || s.closing() {
 		return false
 	}
 	l := s.loop
@@ -172,7 +172,7 @@ func (s *session) chargeMemory() bool {
 	var open []*session
 	var sum int64
 	for h := range l.heavy {
-		if !h.closed {
+		if !h.closing() {
 			h.held = h.holding()
 			if h.held < heavyBytes {
 				delete(l.heavy, h)
@@ -195,7 +195,7 @@ func (s *session) chargeMemory() bool {
 		total -= h.held
 		h.closeFor(closeClientMemory, h.held)
 	}
-	return s.closed
+	return s.closing()
 }
 
 // untrack stops counting s against max-client-memory; at its client

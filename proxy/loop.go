@@ -59,7 +59,7 @@ type loopStats struct {
 // command of 1,000 arguments left about 105 KB allocated on its
 // connection (the parser's argument copies, the keys of its writes),
 // 3,000 such connections 381 MB of live heap, and a long pipeline left
-// its slot ring at its peak. Once a second the janitor asks each event
+// its request ring at its peak. Once a second the janitor asks each event
 // loop to sweep its sessions (shrinkIdle); a session that forwarded
 // nothing for shrinkIdleAfter and has nothing in flight lets go of
 // everything grown past its initial size. The hot path pays nothing: the

@@ -55,11 +55,11 @@ var (
 	descUpstreamLatency = prometheus.NewDesc("cicada_upstream_request_duration_seconds",
 		"Time from Cicada forwarding a request to Redis's reply reaching it, for one request per round trip per connection (the first of a pipeline).", nil, nil)
 	descClusterSlots = prometheus.NewDesc("cicada_cluster_slots",
-		"Redis Cluster hash slots the node answers GET for, as Cicada last read them (a replica's: its master's, for READONLY connections); 0 outside cluster mode.", nil, nil)
+		"Redis Cluster hash sent the node answers GET for, as Cicada last read them (a replica's: its master's, for READONLY connections); 0 outside cluster mode.", nil, nil)
 	descClusterMaster = prometheus.NewDesc("cicada_cluster_master",
 		"1 while the Redis Cluster node behind Cicada is a master, 0 for a replica or outside cluster mode.", nil, nil)
 	descClusterChanges = prometheus.NewDesc("cicada_cluster_view_changes_total",
-		"Times the node's role, served slots or cluster state changed, as Cicada read them.", nil, nil)
+		"Times the node's role, served sent or cluster state changed, as Cicada read them.", nil, nil)
 	descClusterContradictions = prometheus.NewDesc("cicada_cluster_redirects_total",
 		"-MOVED and -CLUSTERDOWN replies that showed Cicada's view of the node stale (no cache answers until it is read again).", nil, nil)
 	descFlushes = prometheus.NewDesc("cicada_redis_flushes_total",
@@ -126,11 +126,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvents, srv.counters.Events())
 	counter(descSubConnects, srv.counters.Reconnects())
 	counter(descFlushes, srv.counters.Flushes())
-	var slots, master float64
+	var sent, master float64
 	if v := srv.topo.View(); v != nil && srv.topo.Enabled() {
-		slots, master = float64(v.ServedCount()), b2f(v.Role == cluster.RoleMaster)
+		sent, master = float64(v.ServedCount()), b2f(v.Role == cluster.RoleMaster)
 	}
-	gauge(descClusterSlots, slots)
+	gauge(descClusterSlots, sent)
 	gauge(descClusterMaster, master)
 	counter(descClusterChanges, srv.topo.Changes())
 	counter(descClusterContradictions, srv.topo.Contradictions())

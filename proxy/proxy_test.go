@@ -187,8 +187,8 @@ func TestRingAt(t *testing.T) {
 // TestSlotBytes pins the bookkeeping of one request in flight that the
 // limits charge (slotBytes) to the figure the documentation gives
 // (docs/configuration.md, --client-query-buffer-limit).
-func TestSlotBytes(t *testing.T) {
-	if slotBytes != 72 {
-		t.Errorf("slotBytes: got %d, want 72 (update docs/configuration.md and docs/limits.md if it must change)", slotBytes)
+func TestRequestBytes(t *testing.T) {
+	if requestBytes != 72 {
+		t.Errorf("requestBytes: got %d, want 72 (update docs/configuration.md and docs/limits.md if it must change)", requestBytes)
 	}
 }

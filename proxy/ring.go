@@ -20,7 +20,7 @@ type ringChunk[T any] struct {
 	next *ringChunk[T]
 }
 
-// ringChunkMax is the largest chunk, in elements (a slot chunk is 14 KB).
+// ringChunkMax is the largest chunk, in elements (a request chunk is 14 KB).
 const ringChunkMax = 256
 
 func (r *ring[T]) len() int { return r.n }

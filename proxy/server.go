@@ -425,8 +425,8 @@ func (srv *Server) dial(s *session, c gnet.Conn) {
 	srv.dialFailures.note(srv.log, err, time.Now())
 	// On the loop: the client may have shut down its side meanwhile (half.go).
 	err = c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		if !s.closed {
-			s.closed = true
+		if !s.closing() {
+			s.life = clientClosing
 			if reply != nil {
 				_, _ = s.client.Write(reply)
 			}

@@ -34,22 +34,21 @@ type clientConn interface {
 // adapter around the connection's conversation. It does the I/O of both
 // connections (reads, writes, closes, the half-closed client of half.go),
 // the limits (limits.go) and the timers, and hands each complete request
-// and each reply to the conversation, which decides. Owned by the event
-// loop of both connections.
+// and each reply to the conversation, which decides. Where each of its
+// two connections is in its life is life and upLife; it releases what it
+// holds once, when the first of them ends. Owned by the event loop of both
+// connections.
 type session struct {
 	conversation
 
 	srv        *Server
 	loopIdx    int // in loop.sessions
 	client     clientConn
-	up         gnet.Conn     // nil until the upstream connection is enrolled
-	closed     bool          // the client connection is closed (or closing)
-	upClosed   bool          // the upstream connection is closed
-	upShut     bool          // the upstream connection is shut down for writing (half.go)
-	upInvalid  bool          // Redis sent something that is not RESP: its bytes are not framed
+	up         gnet.Conn // nil until the upstream connection is enrolled
+	life       clientLife
+	upLife     upLife
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
-	gone       bool          // both sides are being torn down; release done
 	upLink     *upstreamLink
 	// left is set on the loop once the client connection is gone
 	// (finishClose) and read by the dial goroutine, so that a dial
@@ -74,15 +73,90 @@ type session struct {
 	aclWait bool
 }
 
+// clientLife is where the client connection of a session is in its life.
+// It only moves forward, one way or another through the list:
+//
+//	clientOpen ─► clientHalf ─► clientClosing ─► clientGone
+//	     └──────────────┴──────────────┴─────────────┘
+//
+// A session releases what it holds in shared state (release) once, when
+// the first of its two connections ends: the client's reaches clientGone
+// or the upstream's upClosed.
+type clientLife uint8
+
+const (
+	// clientOpen: the gnet connection; requests are read, replies written.
+	clientOpen clientLife = iota
+	// clientHalf: the client ended its side with work left for Redis;
+	// session.client is a halfConn (half.go) until Redis closes.
+	clientHalf
+	// clientClosing: Close was called (a limit, Redis's close, a failed
+	// dial); nothing more is read or written; the close is still to be
+	// handled.
+	clientClosing
+	// clientGone: its close was handled (finishClose): the session is
+	// unregistered and released.
+	clientGone
+)
+
+// upLife is where the upstream connection of a session is in its life.
+// It only moves forward:
+//
+//	upDialing ─► upOpen ─► upShut ─► upInvalid ─► upClosed
+//
+// skipping any state but the last.
+type upLife uint8
+
+const (
+	// upDialing: session.up is nil; the dial waits its turn or runs.
+	upDialing upLife = iota
+	// upOpen: enrolled; requests written, replies framed.
+	upOpen
+	// upShut: shut down for writing once the half-closed client's last
+	// bytes were sent (half.go); replies still come.
+	upShut
+	// upInvalid: Redis sent bytes that are not RESP; nothing more is
+	// framed and the connection is being closed.
+	upInvalid
+	// upClosed: closed, by Redis or by Cicada.
+	upClosed
+)
+
+// closing reports whether the client connection is closed or being
+// closed: nothing more is read from it or written to it.
+func (s *session) closing() bool { return s.life >= clientClosing }
+
+// released reports whether the session has given back what it held in
+// shared state: one of its connections has ended.
+func (s *session) released() bool { return s.life == clientGone || s.upLife == upClosed }
+
+// endClient and endUp record the end of the client or the upstream
+// connection; the first of the two releases the session.
+func (s *session) endClient() {
+	first := !s.released()
+	s.life = clientGone
+	if first {
+		s.release()
+	}
+}
+
+func (s *session) endUp() {
+	first := !s.released()
+	s.upLife = upClosed
+	if first {
+		s.release()
+	}
+}
+
 // upstreamLink is the gnet context of an upstream connection.
 type upstreamLink struct{ s *session }
 
 // onClientTraffic parses what the client sent and answers or forwards it.
 func (s *session) onClientTraffic() gnet.Action {
-	if s.closed {
+	if s.closing() {
 		return gnet.Close
 	}
-	if s.upClosed {
+	if s.upLife == upClosed {
 		// Redis closed the connection: it reads nothing more.
 		if n := s.client.InboundBuffered(); n > 0 {
 			_, _ = s.client.Discard(n)
@@ -98,7 +172,7 @@ func (s *session) onClientTraffic() gnet.Action {
 		return gnet.None // bytes stay buffered in gnet until we can use them
 	}
 	s.processClient()
-	if s.closed {
+	if s.closing() {
 		return gnet.Close
 	}
 	return gnet.None
@@ -161,7 +235,7 @@ func (s *session) processClient() {
 		}
 		return
 	}
-	for off < len(buf) && !s.paused && s.input == inputOpen && !s.closed {
+	for off < len(buf) && !s.paused && s.input == inputOpen && !s.closing() {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -228,14 +302,14 @@ func (s *session) processClient() {
 		off = len(buf) // dropped, as Redis does
 	}
 	s.flushOut()
-	if len(l.upv) > 0 && !s.gone {
+	if len(l.upv) > 0 && !s.released() {
 		s.lastForward = s.srv.clock.Load()
 		if _, err := s.up.Writev(l.upv); err != nil {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))
 		}
 	}
 	switch {
-	case s.closed:
+	case s.closing():
 	case held:
 		// Keep what is left (Writev copied what it did not send).
 		s.partial = s.partial[:copy(s.partial, s.partial[off:])]
@@ -257,7 +331,7 @@ const localFlush = 64 << 10
 // flushOut writes the loop's pending local answers to the client.
 func (s *session) flushOut() {
 	l := s.loop
-	if len(l.out) > 0 && !s.closed {
+	if len(l.out) > 0 && !s.closing() {
 		_, _ = s.client.Write(l.out)
 		s.checkOutput()
 	}
@@ -266,10 +340,10 @@ func (s *session) flushOut() {
 
 // onUpstreamOpen links the enrolled upstream connection to the session.
 func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
-	if s.closed {
+	if s.closing() {
 		return gnet.Close
 	}
-	s.up = c
+	s.up, s.upLife = c, upOpen
 	if h, half := s.client.(*halfConn); half {
 		h.progress()
 	} else {
@@ -292,13 +366,12 @@ func (s *session) onClientClose(c gnet.Conn, err error) {
 func (s *session) finishClose() {
 	s.left.Store(true)
 	s.srv.conns.Add(-1)
-	s.closed = true
 	s.untrack()
 	s.loop.unregister(s)
-	if s.up != nil && !s.gone {
+	if s.up != nil && s.upLife != upClosed {
 		_ = s.up.Close()
 	}
-	s.release()
+	s.endClient()
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
@@ -308,10 +381,9 @@ func (s *session) finishClose() {
 // reply not yet written, and so does Cicada.
 func (s *session) onUpstreamClose(c gnet.Conn) {
 	s.salvage(c)
-	s.upClosed = true
-	s.release()
-	if _, half := s.client.(*halfConn); half && !s.closed {
-		s.closed = true
+	s.endUp()
+	if s.life == clientHalf {
+		s.life = clientClosing
 		_ = s.client.Close()
 		return
 	}
@@ -324,11 +396,11 @@ func (s *session) onUpstreamClose(c gnet.Conn) {
 // gnet having no "drained" callback; a client that never reads stays until
 // it goes away.
 func (s *session) closeWhenFlushed() {
-	if s.closed {
+	if s.closing() {
 		return
 	}
 	if s.client.OutboundBuffered() == 0 {
-		s.closed = true
+		s.life = clientClosing
 		_ = s.client.Close()
 		return
 	}
@@ -351,19 +423,16 @@ func (s *session) drainWoken(gnet.Conn, error) error {
 // release gives back everything the session holds in shared state: write
 // stripes, cache suspensions. A write still in flight may yet execute; its
 // keyspace notification then evicts like any write from outside Cicada.
+// Called once, by endClient or endUp.
 func (s *session) release() {
-	if s.gone {
-		return
-	}
-	s.gone = true
-	s.dropSlots()
+	s.dropSent()
 	s.abandonTx()
 }
 
-// onUpstreamTraffic frames Redis's replies, settles the slots they answer,
+// onUpstreamTraffic frames Redis's replies, settles the requests they answer,
 // and passes every byte except Cicada's own PTTL replies to the client.
 func (s *session) onUpstreamTraffic() gnet.Action {
-	if s.gone {
+	if s.released() {
 		return gnet.Close
 	}
 	buf, _ := s.up.Peek(-1)
@@ -374,7 +443,7 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	if off > 0 { // gnet's Discard(0) discards everything
 		_, _ = s.up.Discard(off)
 	}
-	if s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
+	if s.paused && s.sent.len() == 0 && !s.closing() && !s.released() && !s.srv.draining.Load() {
 		s.paused = false
 		if h, half := s.client.(*halfConn); half {
 			h.progress()
@@ -417,7 +486,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			s.srv.log.Error("invalid reply from upstream; closing the connection",
 				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
 			s.srv.upstreamErrors.Add(1)
-			s.upInvalid = true
+			s.upLife = upInvalid
 			// The replies before it are the client's, as if Redis had
 			// closed the connection after them.
 			if off > fwd && !s.reply.withheld() {
@@ -499,10 +568,10 @@ func (s *session) down(bs ...[]byte) {
 func (s *session) flushDown() {
 	l := s.loop
 	switch {
-	case len(l.downv) > 0 && !s.closed:
+	case len(l.downv) > 0 && !s.closing():
 		_, _ = s.client.Writev(l.downv)
 		s.checkOutput()
-	case cap(s.rewriteBuf) >= heavyBytes && !s.closed:
+	case cap(s.rewriteBuf) >= heavyBytes && !s.closing():
 		s.checkOutput() // a reply held for rewriting counts too
 	}
 	l.downv = l.downv[:0]
@@ -521,7 +590,7 @@ const salvageMax = 16 << 20
 // Redis reads those replies; so must a client of Cicada. Runs in OnClose,
 // where the descriptor is still open.
 func (s *session) salvage(c gnet.Conn) {
-	if s.gone || s.closed || s.upInvalid {
+	if s.released() || s.closing() || s.upLife == upInvalid {
 		return
 	}
 	pending, _ := c.Peek(-1) // a partial header line fromUpstream left
@@ -547,7 +616,7 @@ func (s *session) salvage(c gnet.Conn) {
 // request in progress kept in partial keeps its bytes, not the room a
 // large pipeline once needed.
 func (s *session) shrink() {
-	if s.closed || !s.conversation.shrink() {
+	if s.closing() || !s.conversation.shrink() {
 		return
 	}
 	if s.partial != nil && cap(s.partial) > shrinkSlack<<10 && cap(s.partial) > 4*len(s.partial) {
@@ -583,7 +652,7 @@ func (s *session) onRequestCounted(n int) decision {
 	if tk.Sampled {
 		t0 = time.Now()
 	}
-	outBefore, slotsBefore := len(l.out), s.slots.len()
+	outBefore, slotsBefore := len(l.out), s.sent.len()
 	d := s.onRequest(n)
 	var ns int64
 	if tk.Sampled {
@@ -596,8 +665,8 @@ func (s *session) onRequestCounted(n int) decision {
 		s.srv.hk.Record(l.idx, tk, key, uint64(n+len(l.out)-outBefore), ns)
 		return d
 	}
-	if s.slots.len() > slotsBefore {
-		if sl := s.slots.at(slotsBefore); sl.kind == slotReply {
+	if s.sent.len() > slotsBefore {
+		if rq := s.sent.at(slotsBefore); rq.kind == expectReply {
 			var r *hkReq
 			if k := len(l.hkFree); k > 0 {
 				r, l.hkFree = l.hkFree[k-1], l.hkFree[:k-1]
@@ -605,7 +674,7 @@ func (s *session) onRequestCounted(n int) decision {
 				r = &hkReq{}
 			}
 			r.tk, r.key, r.net, r.ns = tk, append(r.key[:0], key...), uint64(n), ns
-			sl.hk = r
+			rq.hk = r
 			return d
 		}
 	}
@@ -625,7 +694,7 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 	}
 	bytes, ns := s.hkBytes, s.hkNs
 	s.hkFrame, s.hkBytes, s.hkNs = nil, 0, 0
-	if s.slots.len() > 0 && s.slots.front().hk == r {
+	if s.sent.len() > 0 && s.sent.front().hk == r {
 		return // still waiting for its reply
 	}
 	r.net += bytes
@@ -652,10 +721,10 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 // then the subcommand itself.
 func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 	if int64(len(args)) != argc || (argc >= 2 && args[1] == nil) || s.parser.Consumed() ||
-		s.sendMulti || s.opacity != framed || (s.proto == 2 && s.subscribed()) {
+		s.tx.queuing() || s.opacity != framed || (s.proto == 2 && s.subscribed()) {
 		return 0, false // Consumed: part of it went to Redis already
 	}
-	if s.slots.len() > 0 {
+	if s.sent.len() > 0 {
 		return decidePause, true
 	}
 	l := s.loop
@@ -698,7 +767,7 @@ func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 // for is done: it parses the HOTKEYS request again (answered from the
 // cache now, or with the lookup's error).
 func (s *session) aclLooked(gnet.Conn, error) error {
-	if s.aclWait && s.paused && s.slots.len() == 0 && !s.closed && !s.gone && !s.srv.draining.Load() {
+	if s.aclWait && s.paused && s.sent.len() == 0 && !s.closing() && !s.released() && !s.srv.draining.Load() {
 		s.paused = false
 		if h, half := s.client.(*halfConn); half {
 			h.progress()
