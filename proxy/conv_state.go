@@ -1,12 +1,11 @@
 package proxy
 
 import (
-	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
-	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/resp"
 )
@@ -136,42 +135,10 @@ type readInfo struct {
 	awaitHPTTL bool
 }
 
-// convEnv is what every conversation shares, set up by New: the cache, the
-// detector, the control plane's fences and settings, the cluster view,
-// the identities, the address map, and the coarse clock. The fields are
-// set before the engine starts and not changed after; what they point to
-// is safe for concurrent use.
-type convEnv struct {
-	cache    *hotcache.Cache
-	det      *detector.Detector
-	fences   Fences
-	settings Settings
-	topo     *cluster.Topology // Topology.Cluster()
-	ids      *identities
-	addrMap  *cluster.AddrMap // Config.AddrMap
-	// clock is a coarse monotonic clock (ns since start) advanced by the
-	// janitor every sub-window, read on the hit path instead of the time.
-	clock atomic.Int64
-	// idleRefresh is half Redis's idle timeout in ns (0: none): a
-	// connection whose requests were all answered locally for that long has
-	// its next GET forwarded, so Redis does not close it as idle.
-	idleRefresh atomic.Int64
-}
-
-// suspendFor flushes the cache and suspends it for d.
-func (e *convEnv) suspendFor(d time.Duration) {
-	held := e.cache.Hold()
-	e.cache.Flush()
-	time.AfterFunc(d, func() {
-		e.cache.Flush()
-		held.Release()
-	})
-}
-
 // newConversation returns the conversation of a new client connection of
 // loop: RESP2, db 0, the identity of a connection that has not
 // authenticated, nothing confirmed yet.
-func newConversation(env *convEnv, loop *loopState) conversation {
+func newConversation(env *convEnv, loop *loopEnv) conversation {
 	return conversation{env: env, loop: loop, parser: resp.NewRequestParser(), proto: 2}
 }
 
@@ -201,7 +168,7 @@ func newConversation(env *convEnv, loop *loopState) conversation {
 // rule).
 type conversation struct {
 	env    *convEnv
-	loop   *loopState
+	loop   *loopEnv
 	parser *resp.RequestParser
 	framer resp.ReplyFramer // Redis's replies; the last one's summary (EXEC's element types)
 	sent   ring[request]    // requests sent to Redis and not yet answered, oldest first
@@ -364,3 +331,20 @@ const (
 	answerProve                      // cached for others: forward, and its reply proves this identity may read it
 	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
 )
+
+// What Cicada's bookkeeping of one request Redis has not answered costs,
+// in bytes: a request, a write stripe, a GET/HGET followed for a fill or a
+// proof (plus its key and field), an effect or state change queued in a
+// transaction (plus its key).
+const (
+	requestBytes   = int64(unsafe.Sizeof(request{}))
+	stripeBytes    = int64(unsafe.Sizeof(uint32(0)))
+	readInfoBytes  = int64(unsafe.Sizeof(readInfo{}))
+	txEffectBytes  = int64(unsafe.Sizeof(txEffect{}))
+	queuedActBytes = int64(unsafe.Sizeof(queuedAct{}))
+)
+
+// readInfoSize is what a followed GET/HGET holds while it is in flight.
+func readInfoSize(ri *readInfo) int64 {
+	return readInfoBytes + int64(ri.key.Size())
+}

@@ -73,7 +73,8 @@ func newConvHarness(t *testing.T, addrMap string) *convHarness {
 		t.Fatal(err)
 	}
 	h := &convHarness{client: &fakeConn{}, up: &fakeConn{}}
-	h.s = &session{conversation: newConversation(&srv.convEnv, srv.loopFor(fakeLoop{})), srv: srv, client: h.client, up: h.up}
+	h.s = newSession(srv, srv.loopFor(fakeLoop{}), h.client)
+	h.s.up = h.up
 	h.s.setFresh()
 	dial := func(addr string) net.Conn {
 		c, err := net.Dial("tcp", addr)

@@ -4,22 +4,30 @@
 //
 // # Layers
 //
-// Each layer calls only the ones below it; none calls back up (a session
-// reads the Server's configuration, logger and shared counters, never its
-// methods; a conversation sees only convEnv):
+// Each layer uses only its own and the ones below it; none calls back up
+// (a session reads the Server's configuration, logger and shared
+// counters, never its methods; a conversation sees only what env.go
+// declares). TestLayers type-checks the package and holds every file to
+// this drawing:
 //
-//	Server (server.go, admin.go)        gnet engine callbacks, dials, the janitor,
-//	  │                                 HTTP handlers and metrics
+//	Server (server.go, admin.go,        gnet engine callbacks, dials, the janitor,
+//	  │  metrics.go, descriptors.go,    HTTP handlers and metrics
+//	  │  debug_hotkeys.go)
 //	  ▼
 //	session (session.go, limits.go)     the gnet adapter of one client connection:
 //	  │  halfConn (half.go)             reads, writes, closes, half-closes, limits,
-//	  │  loopState (loop.go)            timers, HOTKEYS; per-loop scratch and sweep
+//	  │  loopState (loop.go)            timers, HOTKEYS (hotkeys_acl.go); the
+//	  │                                 loop's sessions and their sweep
 //	  ▼
 //	conversation (conv_state.go,        the connection's state as Redis confirmed it
 //	  conversation.go, conv_reply.go)   and the rules on requests and replies; no
-//	  │                                 gnet, no connection: its dependencies are
-//	  ▼                                 convEnv (cache, detector, fences, settings,
-//	identities, ring, latencyHist       cluster view, identities, clock)
+//	  │                                 gnet, no connection
+//	  ▼
+//	env.go: the control plane's roles   what conversations depend on: convEnv
+//	  (Fences, Settings, Topology,      (cache, detector, fences, settings, cluster
+//	  Counters), convEnv, loopEnv;      view, identities, clock), loopEnv (an event
+//	  identities, ring, latencyHist,    loop's scratch and counters)
+//	  hkReq (hotkeys.go)
 //
 // A request's walk: Server.OnTraffic ─► session.onClientTraffic ─►
 // processClient (parse) ─► session.onRequest ─► conversation.onCommand ─►

@@ -111,7 +111,8 @@ type fakeLoop struct {
 // state and detector shard) whose client and upstream are one fakeConn.
 func (srv *Server) hitSessionOn(loop int) (*session, *fakeConn) {
 	c := &fakeConn{}
-	s := &session{conversation: newConversation(&srv.convEnv, srv.loopFor(fakeLoop{n: loop})), srv: srv, client: c, up: c}
+	s := newSession(srv, srv.loopFor(fakeLoop{n: loop}), c)
+	s.up = c
 	s.accepted = true
 	s.setFresh()
 	return s, c

@@ -3,8 +3,6 @@ package proxy
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // upstreamBuckets are the upper bounds, in seconds, of the upstream latency
@@ -28,24 +26,4 @@ func (h *latencyHist) observe(d time.Duration) {
 	}
 	h.counts[i].Add(1)
 	h.sumNs.Add(int64(d))
-}
-
-// collectLatency sends the upstream latency histogram summed over loops.
-func collectLatency(ch chan<- prometheus.Metric, loops []*loopState) {
-	var counts [len(upstreamBuckets) + 1]uint64
-	var sumNs int64
-	for _, l := range loops {
-		h := &l.stats.upstream
-		for i := range h.counts {
-			counts[i] += h.counts[i].Load()
-		}
-		sumNs += h.sumNs.Load()
-	}
-	buckets := make(map[float64]uint64, len(upstreamBuckets))
-	var cum uint64 // Prometheus buckets are cumulative
-	for i, ub := range upstreamBuckets {
-		cum += counts[i]
-		buckets[ub] = cum
-	}
-	ch <- prometheus.MustNewConstHistogram(descUpstreamLatency, cum+counts[len(upstreamBuckets)], time.Duration(sumNs).Seconds(), buckets)
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"cmp"
 	"slices"
-	"unsafe"
 
 	"go.uber.org/zap"
 )
@@ -27,18 +26,6 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 // counted against max-client-memory; lighter connections are not tracked.
 const heavyBytes = 64 << 10
 
-// What Cicada's bookkeeping of one request Redis has not answered costs,
-// in bytes: a request, a write stripe, a GET/HGET followed for a fill or a
-// proof (plus its key and field), an effect or state change queued in a
-// transaction (plus its key).
-const (
-	requestBytes   = int64(unsafe.Sizeof(request{}))
-	stripeBytes    = int64(unsafe.Sizeof(uint32(0)))
-	readInfoBytes  = int64(unsafe.Sizeof(readInfo{}))
-	txEffectBytes  = int64(unsafe.Sizeof(txEffect{}))
-	queuedActBytes = int64(unsafe.Sizeof(queuedAct{}))
-)
-
 // backlog is what the client's requests hold in Cicada once parsed and
 // until Redis answers them: the bytes queued on the upstream connection
 // (gnet's outbound buffer, which grows while Redis does not read, as
@@ -61,11 +48,6 @@ func (s *session) backlog() int64 {
 // read, requests not yet parsed, and the backlog.
 func (s *session) holding() int64 {
 	return int64(s.client.OutboundBuffered()+s.inbound()) + s.backlog()
-}
-
-// readInfoSize is what a followed GET/HGET holds while it is in flight.
-func readInfoSize(ri *readInfo) int64 {
-	return readInfoBytes + int64(ri.key.Size())
 }
 
 // sumEvery is how many bytes the loop's heavy connections may grow by
@@ -145,7 +127,7 @@ func (s *session) chargeMemory() bool {
 	if budget <= 0 || s.closing() {
 		return false
 	}
-	l := s.loop
+	l := s.el
 	held := s.holding()
 	grew := held > s.held
 	if grew {
@@ -201,7 +183,7 @@ func (s *session) chargeMemory() bool {
 // untrack stops counting s against max-client-memory; at its client
 // connection's OnClose, when gnet frees its buffers.
 func (s *session) untrack() {
-	l := s.loop
+	l := s.el
 	if _, ok := l.heavy[s]; ok {
 		delete(l.heavy, s)
 		l.addHeld(s.srv, -s.held)

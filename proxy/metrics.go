@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cicada-proxy/cicada/cluster"
@@ -141,4 +143,24 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// collectLatency sends the upstream latency histogram summed over loops.
+func collectLatency(ch chan<- prometheus.Metric, loops []*loopState) {
+	var counts [len(upstreamBuckets) + 1]uint64
+	var sumNs int64
+	for _, l := range loops {
+		h := &l.stats.upstream
+		for i := range h.counts {
+			counts[i] += h.counts[i].Load()
+		}
+		sumNs += h.sumNs.Load()
+	}
+	buckets := make(map[float64]uint64, len(upstreamBuckets))
+	var cum uint64 // Prometheus buckets are cumulative
+	for i, ub := range upstreamBuckets {
+		cum += counts[i]
+		buckets[ub] = cum
+	}
+	ch <- prometheus.MustNewConstHistogram(descUpstreamLatency, cum+counts[len(upstreamBuckets)], time.Duration(sumNs).Seconds(), buckets)
 }

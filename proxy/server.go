@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
-	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/hotkeys"
@@ -27,67 +26,6 @@ var (
 	ErrUpstream = errors.New("proxy: upstream address is empty")
 	ErrStarted  = errors.New("proxy: server already started")
 )
-
-// Upstream is what the proxy needs from Cicada's control plane toward
-// Redis (upstream.Subscriber implements it), by role: the fences that keep
-// local answers fresh, the server settings that shape connections, the
-// cluster topology, and counters for metrics. All methods are safe from
-// any goroutine and never block.
-type Upstream interface {
-	Fences
-	Settings
-	Topology
-	Counters
-}
-
-// Fences tells whether the cache may answer and releases the cache
-// suspensions of writes whose keys Cicada cannot name.
-type Fences interface {
-	// Fence takes over h and releases it once every notification of
-	// writes already answered by Redis has been applied.
-	Fence(h *hotcache.Hold)
-	// VerifyFence is Fence after notify-keyspace-events was checked again.
-	VerifyFence(h *hotcache.Hold)
-	// Ready reports whether notifications are flowing (the cache may answer).
-	Ready() bool
-	// Unapplied appends to dst the hotcache.Hash of each key whose
-	// notification has reached Cicada but is not applied yet, or reports
-	// all=true when it cannot tell which; any other key's cached reply is
-	// no older than a write Redis acknowledged before the call. scratch
-	// bounds what it looks at. One system call.
-	Unapplied(dst []uint64, scratch []byte) (hashes []uint64, all bool)
-}
-
-// Settings is what the live server says about itself and its clients.
-type Settings interface {
-	// IdleTimeout is Redis's timeout setting: how long a client may send
-	// nothing before Redis closes it; 0 for none.
-	IdleTimeout() time.Duration
-	// OutputLimit is Redis's client-output-buffer-limit for a normal or a
-	// subscribed client: hard and soft bytes, and how long the soft limit
-	// may be exceeded; zeros mean none.
-	OutputLimit(pubsub bool) (hard, soft int64, softFor time.Duration)
-	// Commands is what the server's COMMAND reply adds to the built-in
-	// command table (nil: the built-in table alone).
-	Commands() *command.Learned
-}
-
-// Topology is the Redis Cluster view of the node behind Cicada.
-type Topology interface {
-	// Cluster is the view of the Redis Cluster slots the node answers
-	// for (Enabled false outside cluster mode).
-	Cluster() *cluster.Topology
-}
-
-// Counters are the control plane's figures exported as metrics.
-type Counters interface {
-	// Events is the count of keyspace notifications received.
-	Events() uint64
-	// Reconnects is how many times the subscription was (re)established.
-	Reconnects() uint64
-	// Flushes is how many FLUSHALL/FLUSHDB Redis reported, from any client.
-	Flushes() uint64
-}
 
 // Defaults of Config, which the binary's settings take as their defaults
 // too (cmd/cicada), so each is written once.
@@ -182,10 +120,6 @@ type Server struct {
 	aclLookups     chan struct{} // one token per ACL GETUSER lookup in progress, ACLLookups at most
 	dialFailures   burstLog      // failed dials, logged once per burst
 }
-
-// unappliedPeek is how many bytes of unapplied notifications an event loop
-// looks at (about 250 notifications) before it stops serving any hit.
-const unappliedPeek = 16 << 10
 
 // New returns a server over the shared cache, detector and control plane.
 func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream) (*Server, error) {
@@ -342,10 +276,6 @@ func (srv *Server) inflight() int64 {
 // Cicada. Safe from any goroutine.
 func (srv *Server) AuthRulesChanged() { srv.ids.rulesChanged() }
 
-// opaqueHold is how long the cache answers nothing after a write whose
-// completion Cicada cannot observe (opaque connections, protocol errors).
-const opaqueHold = time.Second
-
 // OnBoot records the engine. Runs before the loops start.
 func (srv *Server) OnBoot(eng gnet.Engine) gnet.Action {
 	srv.engine = eng
@@ -360,7 +290,7 @@ func (srv *Server) loopFor(el gnet.EventLoop) *loopState {
 	defer srv.loopsMu.Unlock()
 	l, ok := srv.loops[el]
 	if !ok {
-		l = &loopState{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek),
+		l = &loopState{loopEnv: loopEnv{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek)},
 			heavy: map[*session]struct{}{}}
 		srv.loops[el] = l
 		srv.order = append(srv.order, l)
@@ -387,11 +317,11 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		srv.closedFor[closeMaxClients].Add(1)
 		return maxClientsReply, gnet.Close // Redis's words and behaviour
 	}
-	s := &session{conversation: newConversation(&srv.convEnv, srv.loopFor(c.EventLoop())), srv: srv, client: c}
+	s := newSession(srv, srv.loopFor(c.EventLoop()), c)
 	s.parser.SetNulVisible(srv.settings.Commands().NulVisibleInHeaders())
 	s.setFresh()
 	s.upLink = &upstreamLink{s: s}
-	s.loop.register(s)
+	s.el.register(s)
 	c.SetContext(s)
 	srv.conns.Add(1)
 	srv.connsTotal.Add(1)

@@ -42,7 +42,8 @@ type session struct {
 	conversation
 
 	srv        *Server
-	loopIdx    int // in loop.sessions
+	el         *loopState // the event loop's state; the conversation sees its loopEnv
+	loopIdx    int        // in el.sessions
 	client     clientConn
 	up         gnet.Conn // nil until the upstream connection is enrolled
 	life       clientLife
@@ -148,6 +149,12 @@ func (s *session) endUp() {
 	}
 }
 
+// newSession returns the session of client connection c on the event loop
+// whose state is l, its upstream connection not dialed yet.
+func newSession(srv *Server, l *loopState, c clientConn) *session {
+	return &session{conversation: newConversation(&srv.convEnv, &l.loopEnv), el: l, srv: srv, client: c}
+}
+
 // upstreamLink is the gnet context of an upstream connection.
 type upstreamLink struct{ s *session }
 
@@ -221,7 +228,7 @@ func (s *session) processClient() {
 	if len(buf) == 0 {
 		return
 	}
-	l := s.loop
+	l := s.el
 	l.out = l.out[:0]
 	l.upv = l.upv[:0]
 	l.unappliedAsked = false // these requests were sent before this read: ask again
@@ -286,7 +293,7 @@ func (s *session) processClient() {
 				continue
 			case decideInject:
 				off += n
-				l.upv = append(l.upv, buf[fwd:off], s.loop.inject)
+				l.upv = append(l.upv, buf[fwd:off], s.el.inject)
 				fwd = off
 				continue
 			}
@@ -330,7 +337,7 @@ const localFlush = 64 << 10
 
 // flushOut writes the loop's pending local answers to the client.
 func (s *session) flushOut() {
-	l := s.loop
+	l := s.el
 	if len(l.out) > 0 && !s.closing() {
 		_, _ = s.client.Write(l.out)
 		s.checkOutput()
@@ -367,7 +374,7 @@ func (s *session) finishClose() {
 	s.left.Store(true)
 	s.srv.conns.Add(-1)
 	s.untrack()
-	s.loop.unregister(s)
+	s.el.unregister(s)
 	if s.up != nil && s.upLife != upClosed {
 		_ = s.up.Close()
 	}
@@ -459,7 +466,7 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 // many bytes it consumed (all but a partial header line at the end).
 // ok=false: the stream is not RESP; nothing more can be framed.
 func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
-	l := s.loop
+	l := s.el
 	l.downv = l.downv[:0]
 	fwd := 0 // bytes [fwd, off) go to the client
 	for off < len(buf) {
@@ -556,17 +563,17 @@ const maxDownv = 256
 // down queues bytes for the client, writing what is queued first when the
 // gather list is full (a read of thousands of rewritten redirects).
 func (s *session) down(bs ...[]byte) {
-	if len(s.loop.downv)+len(bs) > maxDownv {
+	if len(s.el.downv)+len(bs) > maxDownv {
 		s.flushDown()
 	}
-	s.loop.downv = append(s.loop.downv, bs...)
+	s.el.downv = append(s.el.downv, bs...)
 }
 
 // flushDown writes the queued bytes to the client (gnet copies what the
 // socket does not take) and checks its output limits (also while a large
 // reply is held for rewriting).
 func (s *session) flushDown() {
-	l := s.loop
+	l := s.el
 	switch {
 	case len(l.downv) > 0 && !s.closing():
 		_, _ = s.client.Writev(l.downv)
@@ -643,7 +650,7 @@ func (s *session) onRequestCounted(n int) decision {
 	if key == nil {
 		return s.onRequest(n)
 	}
-	l := s.loop
+	l := s.el
 	tk, ok := s.srv.hk.Begin(l.idx)
 	if !ok {
 		return s.onRequest(n)
@@ -699,7 +706,7 @@ func (s *session) hkFrameDone(r *hkReq, t0 time.Time) {
 	}
 	r.net += bytes
 	r.ns += ns
-	l := s.loop
+	l := s.el
 	s.srv.hk.Record(l.idx, r.tk, r.key, r.net, r.ns)
 	// The pool keeps what a steady stream reuses, not what a burst of
 	// requests in flight (or of long keys) once needed.
@@ -727,7 +734,7 @@ func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 	if s.sent.len() > 0 {
 		return decidePause, true
 	}
-	l := s.loop
+	l := s.el
 	sub, out, ok := hotkeys.Lookup(l.out, args, argc)
 	l.out = out
 	if !ok {
