@@ -338,6 +338,30 @@ func TestConversations(t *testing.T) {
 				}
 			}},
 		}},
+		{name: "fills: a key with a TTL, a missing key, not a HyperLogLog", steps: []convStep{
+			{send: cmds("SET t v PX 100000", "PFADD hll a"), replies: 2},
+			{send: cmds("GET t"), replies: 1},
+			{send: cmds("GET nokey"), replies: 1},
+			{send: cmds("GET hll"), replies: 1},
+			{send: cmds("GET t", "GET nokey", "GET hll"), replies: 3, check: func(t *testing.T, s *session) {
+				if fills, hits := s.loop.stats.fills.Load(), s.loop.stats.hits.Load(); fills != 2 || hits != 2 {
+					t.Errorf("fills %d hits %d, want 2 2 (the HyperLogLog is not kept)", fills, hits)
+				}
+				var f hotcache.Found
+				k := hotcache.KeyOf(0, []byte("t"))
+				if s.env.cache.Lookup(&k, s.ident, s.proto, &f); f.Status != hotcache.Hit {
+					t.Errorf("GET t after its fill: %v, want a hit", f.Status)
+				}
+			}},
+		}},
+		{name: "hello auth refused", steps: []convStep{
+			{send: cmds("HELLO 3 AUTH nobody pw", "PING"), replies: 2, check: func(t *testing.T, s *session) {
+				if s.proto != 2 || s.user != "" || !s.userAnon || s.freshGen != 0 {
+					t.Errorf("after a refused HELLO AUTH: proto %d user %q anon %v fresh gen %d, want 2 \"\" true 0",
+						s.proto, s.user, s.userAnon, s.freshGen)
+				}
+			}},
+		}},
 		{name: "hash field filled then answered", steps: []convStep{
 			{send: cmds("HSET h f v"), replies: 1},
 			{send: cmds("HGET h f", "HGET h f"), replies: 2},
