@@ -25,10 +25,15 @@ var layers = [][]string{
 	{"env.go", "identity.go", "ring.go", "latency.go", "hotkeys.go"},
 }
 
+// transport are the packages only the Server and session layers may
+// import: the conversation and what it depends on do no I/O.
+var transport = []string{"github.com/panjf2000/gnet/v2", "net", "syscall", "golang.org/x/sys/unix"}
+
 // TestLayers type-checks the package and fails for every use of a
 // declaration from a higher layer than the user's, except the one doc.go
 // allows: the session layer reads the Server's fields (configuration,
-// logger, shared counters), never its methods.
+// logger, shared counters), never its methods. The conversation's layer
+// and the one below import no transport.
 func TestLayers(t *testing.T) {
 	layerOf := map[string]int{"doc.go": len(layers)}
 	for i, files := range layers {
@@ -62,6 +67,13 @@ func TestLayers(t *testing.T) {
 		f, err := parser.ParseFile(fset, n, nil, 0)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if layerOf[n] >= 2 {
+			for _, im := range f.Imports {
+				if p := strings.Trim(im.Path.Value, `"`); slices.Contains(transport, p) {
+					t.Errorf("%s, below the session, imports %s: the conversation does no I/O", n, p)
+				}
+			}
 		}
 		files = append(files, f)
 	}
