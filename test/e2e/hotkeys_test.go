@@ -435,11 +435,14 @@ func TestDebugHotkeys(t *testing.T) {
 	warmKey(t, p, rc, "GET", "dbg:warm")
 	warmKey(t, p, rc, "HGET", "dbg:h", "f1")
 	ctx := context.Background()
+	// dbg:warm's only reads are its warming, which took 75 GETs once on a
+	// loaded machine (a clean-clone CI run): the others' counts are well
+	// above that.
 	pipe := rc.Pipeline()
-	for range 300 {
+	for range 3000 {
 		pipe.Get(ctx, "dbg:hot")
 	}
-	for range 30 {
+	for range 300 {
 		pipe.HGet(ctx, "dbg:h", "f1")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -484,7 +487,7 @@ func TestDebugHotkeys(t *testing.T) {
 	if k[0].Key != "dbg:hot" || k[0].Field != nil || k[1].Key != "dbg:h" || k[1].Field == nil || *k[1].Field != "f1" || k[2].Key != "dbg:warm" {
 		t.Errorf("order: %s", body)
 	}
-	if !(k[0].OpsPerSec >= 300 && k[0].OpsPerSec > k[1].OpsPerSec && k[1].OpsPerSec >= 30 && k[1].OpsPerSec > k[2].OpsPerSec) {
+	if !(k[0].OpsPerSec >= 3000 && k[0].OpsPerSec > k[1].OpsPerSec && k[1].OpsPerSec >= 300 && k[1].OpsPerSec > k[2].OpsPerSec) {
 		t.Errorf("ops/s: %d %d %d", k[0].OpsPerSec, k[1].OpsPerSec, k[2].OpsPerSec)
 	}
 	if want := len("$22\r\n" + secret + "\r\n"); k[0].Bytes != want || !k[0].Cached || k[0].DB != 0 {
