@@ -141,8 +141,11 @@ func (cv *conversation) onFrame(fr *resp.Frame) {
 		}
 		cv.subReply(conf.family, ok)
 	case cv.sent.front().kind == expectSwallow:
-		cv.dequeue()
-		cv.finishFill(fr)
+		rq := cv.dequeue()
+		cv.finishFill(rq.read, fr)
+		if cv.pendingFill != rq.read { // not waiting for its HPTTL
+			cv.endFill(rq.read)
+		}
 	default:
 		rq := cv.dequeue()
 		cv.complete(&rq, fr)
@@ -229,7 +232,11 @@ func (cv *conversation) complete(rq *request, fr *resp.Frame) {
 	}
 	cv.releaseWrites(rq.stripes)
 	cv.releaseHold(rq.hold, rq.held)
-	if rq.read != nil && !failed {
+	switch {
+	case rq.read == nil:
+	case failed:
+		rq.read.backoff = true // WRONGTYPE, say: a fill fails again
+	default:
 		cv.readReplied(rq.read, fr)
 	}
 }
@@ -368,6 +375,7 @@ func (cv *conversation) readReplied(ri *readInfo, fr *resp.Frame) {
 	v := &fr.Value
 	isValue := !fr.Attr && (v.Type == resp.TypeBulk || v.Type == resp.TypeNull)
 	if !isValue {
+		ri.backoff = true
 		return
 	}
 	if !ri.fill {
@@ -375,6 +383,7 @@ func (cv *conversation) readReplied(ri *readInfo, fr *resp.Frame) {
 		return
 	}
 	if cv.captureOverflow {
+		ri.backoff = true
 		return
 	}
 	ri.isNil = v.Null
@@ -382,6 +391,7 @@ func (cv *conversation) readReplied(ri *readInfo, fr *resp.Frame) {
 		if bytes.HasPrefix(v.Head(), hllMagic) {
 			// A HyperLogLog: PFCOUNT rewrites its cached cardinality with
 			// no notification, so its bytes cannot be kept.
+			ri.backoff = true
 			return
 		}
 		ri.reply = append(ri.reply[:0], cv.capture...)
@@ -393,12 +403,11 @@ func (cv *conversation) readReplied(ri *readInfo, fr *resp.Frame) {
 // finishFill takes the PTTL reply that follows a fill GET/HGET (and, for
 // a field on a server with hash-field expiration, the HPTTL reply after
 // it) and caches the reply if the TTLs allow.
-func (cv *conversation) finishFill(fr *resp.Frame) {
-	ri := cv.pendingFill
-	cv.pendingFill = nil
-	if ri == nil {
-		return
+func (cv *conversation) finishFill(ri *readInfo, fr *resp.Frame) {
+	if cv.pendingFill != ri {
+		return // its GET/HGET reply cannot be kept (readReplied)
 	}
+	cv.pendingFill = nil
 	if ri.awaitHPTTL {
 		cv.finishFieldFill(ri, fr)
 		return
@@ -465,6 +474,16 @@ func (cv *conversation) finishFieldFill(ri *readInfo, fr *resp.Frame) {
 		return
 	}
 	cv.fill(ri, expireAt)
+}
+
+// endFill records on the loop that the fill ri is over, kept or not,
+// once: the connections waiting for it are woken.
+func (cv *conversation) endFill(ri *readInfo) {
+	if ri.ended {
+		return
+	}
+	ri.ended = true
+	cv.loop.endFill(ri.key.ReadHash(), ri.backoff, cv.env.clock.Load())
 }
 
 // fill caches the reply of a fill whose TTLs are known; expireAt is the

@@ -102,7 +102,7 @@ type request struct {
 	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
 	rewrite cluster.Reply
 	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
-	read    *readInfo      // GET/HGET bookkeeping, rare
+	read    *readInfo      // GET/HGET bookkeeping, rare; an expectSwallow's fill
 	hk      *hkReq         // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
 }
 
@@ -133,6 +133,10 @@ type readInfo struct {
 	// while the HPTTL reply is awaited (awaitHPTTL).
 	expireAt   int64
 	awaitHPTTL bool
+	// backoff: the fill failed for what the key holds (not a string, too
+	// large, a HyperLogLog): none is tried for a while (loopEnv.endFill).
+	// ended: endFill ran for this fill.
+	backoff, ended bool
 }
 
 // newConversation returns the conversation of a new client connection of
@@ -191,8 +195,19 @@ type conversation struct {
 	opacity         opacity // whether replies are still followed (opaque mode)
 	input           input   // what becomes of what the client sends next
 	opaqueDBUnknown bool    // a SELECT or RESET was sent in opaque mode: the db is not known
-	paused          bool    // parsing waits until every reply is in
+	pause           pause   // why parsing waits, if it does
 	pauseCounted    bool    // the GET/HGET that paused was counted; parsed again after the pause, not counted twice
+	// fillWaited: the request being parsed again waited for another
+	// connection's fill once; it does not wait again (mayAnswer).
+	fillWaited bool
+	// wakeFill resumes the connection after a fill it waits for ended
+	// (the adapter's; loopEnv.endFill calls it).
+	wakeFill func()
+	// queuedN and dequeuedN count the requests queued and dequeued so far;
+	// blockingAt is the queuedN of the last one that may block (a blocking
+	// command, or one the command table does not know): one is in flight
+	// while blockingAt > dequeuedN.
+	queuedN, dequeuedN, blockingAt uint64
 
 	tx transaction
 	// accepted is set by Redis's first reply that is not an error: until
@@ -303,14 +318,25 @@ func (t *transaction) queuing() bool { return t.send != txSendNone }
 // open reports whether Redis confirmed a MULTI that is not over.
 func (t *transaction) open() bool { return t.confirmed != txClosed }
 
+// pause is why a connection's parsing waits; the request that paused it
+// is parsed again when it ends. Each reason has its one way out.
+type pause uint8
+
+const (
+	pauseNone    pause = iota // parsing
+	pauseReplies              // until every reply is in (the upstream side resumes it)
+	pauseACL                  // until the ACL lookup of HOTKEYS is done (session.aclLooked)
+	pauseFill                 // until another connection's fill of the key ends (session.fillWoken)
+)
+
 // decision is what processClient does with a complete request.
 type decision uint8
 
 const (
 	decideForward decision = iota // send it to Redis (request queued)
 	decideLocal                   // answered from the cache (reply in loop.out)
-	decidePause                   // stop parsing until every reply is in
-	decideInject                  // forward it and loop.inject right behind it
+	decidePause                   // stop parsing: pauseReplies, unless the decider set another reason
+	decideInject                  // forward it and loop.injected right behind it
 )
 
 // txEffect is one effect of a command queued in a confirmed transaction,
@@ -330,6 +356,7 @@ const (
 	answerUnsettled                  // cached, but a notification for it is unapplied: forward
 	answerProve                      // cached for others: forward, and its reply proves this identity may read it
 	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
+	answerWaitFill                   // not cached, its fill in flight on another connection of the loop: wait for it
 )
 
 // What Cicada's bookkeeping of one request Redis has not answered costs,

@@ -168,8 +168,11 @@ func (cv *conversation) onCommand(n int) decision {
 		return decideForward
 	}
 	cv.queue(rq)
+	if spec == nil || spec.Flags&command.FlagBlocking != 0 {
+		cv.blockingAt = cv.queuedN // it may block: a fill behind it may wait long
+	}
 	if pauseAfter {
-		cv.paused = true
+		cv.pause = pauseReplies
 	}
 	return decideForward
 }
@@ -338,7 +341,9 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	} else {
 		env.det.Observe(cv.loop.idx, k.ReadHash())
 	}
-	switch v, reply := cv.mayAnswer(&k); v {
+	v, reply := cv.mayAnswer(&k)
+	cv.fillWaited = false
+	switch v {
 	case answerLocal:
 		cv.loop.out = append(cv.loop.out, reply...)
 		cv.loop.stats.hits.Add(1)
@@ -352,6 +357,11 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 		return cv.forwardRead(&readInfo{key: k.Clone(), epoch: env.cache.Epoch()}), true
 	case answerFill:
 		return cv.forwardFill(&k), true
+	case answerWaitFill:
+		cv.pauseCounted = true
+		cv.pause = pauseFill
+		cv.loop.waitFill(k.ReadHash(), cv.wakeFill)
+		return decidePause, true
 	}
 	return cv.forwardRead(nil), true
 }
@@ -388,9 +398,16 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 			return answerForward, nil
 		}
 		cv.checkFresh()
-		if env.cache.Lookup(k, cv.ident, cv.proto, &f); f.Status == hotcache.Hit &&
-			(!clustered || env.topo.Answerable(f.HashSlot, cv.readonly)) {
-			return answerAfterReplies, nil
+		env.cache.Lookup(k, cv.ident, cv.proto, &f)
+		switch f.Status {
+		case hotcache.Hit:
+			if !clustered || env.topo.Answerable(f.HashSlot, cv.readonly) {
+				return answerAfterReplies, nil
+			}
+		case hotcache.Miss:
+			if cv.mayFill() {
+				return cv.missed(k, true), nil
+			}
 		}
 		return answerForward, nil
 	}
@@ -418,11 +435,37 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 			return answerProve, nil
 		}
 	case hotcache.Miss:
-		if env.det.IsHot(k.ReadHash()) {
-			return answerFill, nil
-		}
+		return cv.missed(k, false), nil
 	}
 	return answerForward, nil
+}
+
+// missed decides a GET/HGET of k that is not cached, on a connection whose
+// confirmed state allows local answers (behind: with replies of its own
+// outstanding, and then mayFill's rules suffice). A hot key is filled unless a fill of it is in flight on
+// the loop (one fill per key and loop, whatever the number of connections
+// that read it) or failed lately for what the key holds; with one in
+// flight, the request waits for it, behind its own replies first, and is
+// decided again (once: woken, it does not wait a second time).
+func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
+	switch cv.loop.fillOf(k.ReadHash(), cv.env.clock.Load()) {
+	case fillRunning:
+		if behind {
+			return answerAfterReplies
+		}
+		if !cv.fillWaited {
+			return answerWaitFill
+		}
+	case fillRunningBehind: // behind a request of its connection that may block
+		if behind {
+			return answerAfterReplies
+		}
+	case fillNone:
+		if cv.env.det.IsHot(k.ReadHash()) {
+			return answerFill
+		}
+	}
+	return answerForward
 }
 
 // forwardFill forwards a GET/HGET of hot key k that is not cached, with a
@@ -438,17 +481,25 @@ func (cv *conversation) forwardFill(k *hotcache.Key) decision {
 		return cv.forwardRead(nil)
 	}
 	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: env.cache.Now()}
+	// Other connections wait for this fill only if its reply comes as
+	// soon as Redis serves it: nothing ahead of it on this connection may
+	// block, and little is ahead of it.
+	cv.loop.startFill(k.ReadHash(), cv.blockingAt <= cv.dequeuedN && cv.sent.len() <= fillWaitAhead)
 	cv.forwardRead(ri)
-	cv.queue(request{kind: expectSwallow})
-	cv.loop.inject = resp.AppendCommand(cv.loop.inject[:0], pttl, k.Name())
+	cv.queue(request{kind: expectSwallow, read: ri})
+	// Appended: the batch's earlier fills' PTTLs wait in upv until it is
+	// written.
+	start := len(cv.loop.inject)
+	cv.loop.inject = resp.AppendCommand(cv.loop.inject, pttl, k.Name())
 	if k.IsField() && env.settings.Commands().FieldTTL() {
 		// A field expires on its own (Redis 7.4+), and Redis tells only
 		// when its active expiry deletes it: the field's TTL bounds the
 		// entry too.
 		ri.fieldTTL = true
-		cv.queue(request{kind: expectSwallow})
+		cv.queue(request{kind: expectSwallow, read: ri})
 		cv.loop.inject = resp.AppendCommand(cv.loop.inject, hpttl, k.Name(), fields, one, k.Field())
 	}
+	cv.loop.injected = cv.loop.inject[start:]
 	cv.loop.stats.fillsTried.Add(1)
 	return decideInject
 }
@@ -536,10 +587,11 @@ func replconfMaySkipReply(args [][]byte, argc int64) bool {
 // queue appends a request; every queued request counts in the loop's in-flight
 // gauge until dequeue.
 func (cv *conversation) queue(rq request) {
-	if rq.read != nil {
+	if rq.read != nil && rq.kind != expectSwallow { // a swallow shares its GET's
 		cv.readBytes += readInfoSize(rq.read)
 	}
 	cv.sent.push(rq)
+	cv.queuedN++
 	cv.loop.stats.inflight.Add(1)
 	cv.timeRequest()
 }
@@ -549,7 +601,8 @@ func (cv *conversation) dequeue() request {
 	cv.loop.stats.inflight.Add(-1)
 	cv.replyArrived()
 	rq := cv.sent.pop()
-	if rq.read != nil {
+	cv.dequeuedN++
+	if rq.read != nil && rq.kind != expectSwallow {
 		cv.readBytes -= readInfoSize(rq.read)
 	}
 	return rq
@@ -561,7 +614,16 @@ func (cv *conversation) dequeue() request {
 // sent it a message that is still on its way through Cicada, and a local
 // answer could overtake it.
 func (cv *conversation) canAnswer() bool {
-	return cv.accepted && !cv.tx.open() && !cv.tx.queuing() && !cv.tracking && cv.opacity == framed && !cv.subscribed()
+	return cv.accepted && cv.mayFill()
+}
+
+// mayFill reports whether confirmed state lets a GET/HGET behind replies
+// fill the cache or wait for its replies and a fill: canAnswer's rules
+// but Redis's acceptance of the connection, which neither needs (a
+// refused connection's reply is an error, which fills nothing; the wait
+// ends with that reply).
+func (cv *conversation) mayFill() bool {
+	return !cv.tx.open() && !cv.tx.queuing() && !cv.tracking && cv.opacity == framed && !cv.subscribed()
 }
 
 func (cv *conversation) subscribed() bool { return cv.subs[0]+cv.subs[1]+cv.subs[2] > 0 }
@@ -589,6 +651,9 @@ func (cv *conversation) pushOpaque() {
 func (cv *conversation) dropSent() {
 	for cv.sent.len() > 0 {
 		rq := cv.dequeue()
+		if rq.read != nil && rq.read.fill {
+			cv.endFill(rq.read)
+		}
 		cv.releaseWrites(rq.stripes)
 		if rq.hold != holdNone {
 			cv.env.cache.Flush()

@@ -347,10 +347,29 @@ func TestConversations(t *testing.T) {
 				if fills, hits := s.loop.stats.fills.Load(), s.loop.stats.hits.Load(); fills != 2 || hits != 2 {
 					t.Errorf("fills %d hits %d, want 2 2 (the HyperLogLog is not kept)", fills, hits)
 				}
+				if tried := s.loop.stats.fillsTried.Load(); tried != 3 {
+					t.Errorf("fills tried %d, want 3: none of the HyperLogLog again while its backoff lasts", tried)
+				}
 				var f hotcache.Found
 				k := hotcache.KeyOf(0, []byte("t"))
 				if s.env.cache.Lookup(&k, s.ident, s.proto, &f); f.Status != hotcache.Hit {
 					t.Errorf("GET t after its fill: %v, want a hit", f.Status)
+				}
+			}},
+		}},
+		{name: "fills of two keys and a field in one pipeline, behind other requests", steps: []convStep{
+			{send: cmds("SET k1 v", "SET a-longer-key-name w", "HSET h f x"), replies: 3},
+			{send: cmds("PING", "GET k1", "GET a-longer-key-name", "HGET h f", "GET k1", "PING"), replies: 6, check: func(t *testing.T, s *session) {
+				if tried, fills := s.loop.stats.fillsTried.Load(), s.loop.stats.fills.Load(); tried != 3 || fills != 3 {
+					t.Errorf("fills tried %d kept %d, want 3 3 (the second GET k1 waits for its fill)", tried, fills)
+				}
+				if n := len(s.loop.fills); n != 0 {
+					t.Errorf("%d fills still recorded on the loop, want 0", n)
+				}
+			}},
+			{send: cmds("GET k1", "GET a-longer-key-name", "HGET h f"), replies: 3, check: func(t *testing.T, s *session) {
+				if hits := s.loop.stats.hits.Load(); hits != 4 {
+					t.Errorf("hits %d, want 4", hits)
 				}
 			}},
 		}},

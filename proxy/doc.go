@@ -69,10 +69,13 @@
 // applied yet (Fences.Unapplied, asked once per batch of requests
 // read from a connection): a write another client sent to Redis directly is
 // seen as soon as its notification is in Cicada's socket. A miss on a hot key (the
-// detector's verdict) that is sent while the queue is empty also sends a
-// PTTL for the key right behind it; both replies together, if no write or
-// notification for the key intervened (hotcache's fill ticket), fill the
-// cache. The PTTL reply is swallowed.
+// detector's verdict) also sends a PTTL for the key right behind it; both
+// replies together, if no write or notification for the key intervened
+// (hotcache's fill ticket), fill the cache. The PTTL reply is swallowed.
+// One fill per key is in flight on a loop (loopEnv.fills): a later read
+// of the key on its connection waits for its own replies, one on another
+// connection with nothing in flight waits for the fill (pauseFill), and
+// both are decided again when it lands (conversation.missed).
 //
 // # Writes
 //

@@ -116,9 +116,11 @@ const opaqueHold = time.Second
 // the batch, and the loop's counters. Owned by the loop's goroutine; stats
 // are atomics read by metrics.
 type loopEnv struct {
-	idx    int
-	out    []byte // local answers of the current batch
-	inject []byte // Cicada's PTTL for a fill
+	idx int
+	out []byte // local answers of the current batch
+	// inject holds Cicada's PTTLs (and HPTTLs) for the batch's fills, one
+	// after the other; injected is the last fill's part of it.
+	inject, injected []byte
 	// Fences.Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
@@ -127,6 +129,105 @@ type loopEnv struct {
 	peek           []byte // Unapplied's scratch
 	refs           []command.KeyRef
 	stats          *loopStats
+	// fills are the loop's fills in flight and its keys in fill backoff,
+	// by hotcache.Key.ReadHash (fillOf). nil until the first fill.
+	fills map[uint64]*fillState
+}
+
+// fillState is one key's fill on an event loop: in flight, with the
+// connections of the loop waiting for it, or, after a fill that failed
+// for what the key holds, the coarse clock reading before which no fill
+// of it is tried.
+type fillState struct {
+	inFlight bool
+	waitable bool // its reply comes as soon as Redis serves it (startFill)
+	waiters  []func()
+	retryAt  int64
+}
+
+// fill is fillOf's verdict on a key.
+type fill uint8
+
+const (
+	fillNone          fill = iota // no fill in flight: one may start
+	fillRunning                   // a fill of the key is in flight on this loop
+	fillRunningBehind             // ... behind a request of its connection that may block: not worth a wait
+	fillBackoff                   // its last fill failed for what the key holds: no fill now
+)
+
+// fillBackoffFor is how long, in ns of the coarse clock, no fill of a key
+// is tried on a loop after one failed for what the key holds (a value over
+// cache-max-value, a HyperLogLog, a reply that is not a string): such a
+// fill fails again, and each costs Redis a PTTL. One detector sub-window.
+const fillBackoffFor = int64(100 * time.Millisecond)
+
+// fillsSweepAt is the number of fill states from which endFill drops the
+// backoffs that are over.
+const fillsSweepAt = 256
+
+// fillOf says whether a fill of the key with ReadHash h may start on this
+// loop now (clock: the coarse clock).
+func (l *loopEnv) fillOf(h uint64, clock int64) fill {
+	f := l.fills[h]
+	switch {
+	case f == nil:
+		return fillNone
+	case f.inFlight && f.waitable:
+		return fillRunning
+	case f.inFlight:
+		return fillRunningBehind
+	case clock < f.retryAt:
+		return fillBackoff
+	}
+	delete(l.fills, h)
+	return fillNone
+}
+
+// fillWaitAhead is the most requests a fill may have ahead of it on its
+// connection for other connections to wait for it: their replies come
+// first.
+const fillWaitAhead = 128
+
+// startFill records a fill of h sent; waitable: other connections may
+// wait for it.
+func (l *loopEnv) startFill(h uint64, waitable bool) {
+	if l.fills == nil {
+		l.fills = map[uint64]*fillState{}
+	}
+	l.fills[h] = &fillState{inFlight: true, waitable: waitable}
+}
+
+// waitFill makes wake run when the fill of h in flight ends.
+func (l *loopEnv) waitFill(h uint64, wake func()) {
+	f := l.fills[h]
+	f.waiters = append(f.waiters, wake)
+}
+
+// endFill records the end of the fill of h (kept in the cache or not;
+// backoff: it failed for what the key holds) and wakes the connections
+// waiting for it. Two fills of one hash never overlap on a loop (mayAnswer
+// starts one only when fillOf says fillNone), so the state is this fill's.
+func (l *loopEnv) endFill(h uint64, backoff bool, clock int64) {
+	f := l.fills[h]
+	if f == nil || !f.inFlight {
+		return
+	}
+	waiters := f.waiters
+	if backoff {
+		*f = fillState{retryAt: clock + fillBackoffFor}
+		if len(l.fills) >= fillsSweepAt {
+			for k, o := range l.fills {
+				if !o.inFlight && clock >= o.retryAt {
+					delete(l.fills, k)
+				}
+			}
+		}
+	} else {
+		delete(l.fills, h)
+	}
+	for _, wake := range waiters {
+		wake()
+	}
 }
 
 // unappliedPeek is how many bytes of unapplied notifications an event loop

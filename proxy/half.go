@@ -112,19 +112,19 @@ func (h *halfConn) progress() {
 	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() {
 		return
 	}
-	if !s.paused {
+	if s.pause == pauseNone {
 		s.processClient()
 	}
 	if s.closing() || s.upLife != upOpen {
 		return
 	}
-	if s.paused {
+	if s.pause != pauseNone {
 		// The pause waits for a reply that may never come (a BLPOP 0
 		// before a SELECT), or for an ACL lookup; Redis would read the EOF
 		// meanwhile and free the client. So the rest goes now, unframed:
 		// replies to what was sent before it are framed as usual, the
 		// rest pass through (no cache answers for this client any more).
-		s.paused, s.aclWait = false, false
+		s.pause = pauseNone
 		s.pushOpaque()
 	}
 	rest := h.in[h.off:]

@@ -68,10 +68,6 @@ type session struct {
 	softSince int64 // clock+1 when unread replies reached the soft limit, 0 if below
 	held      int64 // bytes held for the client at its last charge
 	unchecked int   // requests parsed since the input limits were last checked in processClient
-
-	// HOTKEYS (hotkeys.go): aclWait while this connection waits for an
-	// ACL lookup of its user (it is paused).
-	aclWait bool
 }
 
 // clientLife is where the client connection of a session is in its life.
@@ -152,7 +148,9 @@ func (s *session) endUp() {
 // newSession returns the session of client connection c on the event loop
 // whose state is l, its upstream connection not dialed yet.
 func newSession(srv *Server, l *loopState, c clientConn) *session {
-	return &session{conversation: newConversation(&srv.convEnv, &l.loopEnv), el: l, srv: srv, client: c}
+	s := &session{conversation: newConversation(&srv.convEnv, &l.loopEnv), el: l, srv: srv, client: c}
+	s.wakeFill = s.fillWake
+	return s
 }
 
 // upstreamLink is the gnet context of an upstream connection.
@@ -175,7 +173,7 @@ func (s *session) onClientTraffic() gnet.Action {
 	if s.overInputLimits() {
 		return gnet.None
 	}
-	if s.up == nil || s.paused || s.srv.draining.Load() {
+	if s.up == nil || s.pause != pauseNone || s.srv.draining.Load() {
 		return gnet.None // bytes stay buffered in gnet until we can use them
 	}
 	s.processClient()
@@ -231,6 +229,7 @@ func (s *session) processClient() {
 	l := s.el
 	l.out = l.out[:0]
 	l.upv = l.upv[:0]
+	l.inject = l.inject[:0]  // upv holds parts of it until the Writev below
 	l.unappliedAsked = false // these requests were sent before this read: ask again
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
 	if s.input != inputOpen {
@@ -242,7 +241,7 @@ func (s *session) processClient() {
 		}
 		return
 	}
-	for off < len(buf) && !s.paused && s.input == inputOpen && !s.closing() {
+	for off < len(buf) && s.pause == pauseNone && s.input == inputOpen && !s.closing() {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -280,7 +279,9 @@ func (s *session) processClient() {
 			}
 			switch d {
 			case decidePause:
-				s.paused = true
+				if s.pause == pauseNone {
+					s.pause = pauseReplies
+				}
 				continue
 			case decideLocal:
 				off += n
@@ -293,7 +294,7 @@ func (s *session) processClient() {
 				continue
 			case decideInject:
 				off += n
-				l.upv = append(l.upv, buf[fwd:off], s.el.inject)
+				l.upv = append(l.upv, buf[fwd:off], l.injected)
 				fwd = off
 				continue
 			}
@@ -450,15 +451,35 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 	if off > 0 { // gnet's Discard(0) discards everything
 		_, _ = s.up.Discard(off)
 	}
-	if s.paused && s.sent.len() == 0 && !s.closing() && !s.released() && !s.srv.draining.Load() {
-		s.paused = false
-		if h, half := s.client.(*halfConn); half {
-			h.progress()
-		} else {
-			s.processClient()
-		}
-	}
+	s.resume(pauseReplies)
 	return gnet.None
+}
+
+// resume ends s's pause if it is for reason p and nothing holds it any
+// more (no reply outstanding, both connections open, no drain), and parses
+// what waited, starting with the request that paused.
+func (s *session) resume(p pause) {
+	if s.pause != p || s.sent.len() > 0 || s.closing() || s.released() || s.srv.draining.Load() {
+		return
+	}
+	s.pause = pauseNone
+	s.fillWaited = p == pauseFill
+	if h, half := s.client.(*halfConn); half {
+		h.progress()
+	} else {
+		s.processClient()
+	}
+}
+
+// fillWake asks s's loop to resume s, which waits for another
+// connection's fill (pauseFill), once the callback that ended it returns:
+// it must not run inside that connection's processing.
+func (s *session) fillWake() { _ = s.client.Wake(s.fillWoken) }
+
+// fillWoken runs on the loop after the fill s waited for ended.
+func (s *session) fillWoken(gnet.Conn, error) error {
+	s.resume(pauseFill)
+	return nil
 }
 
 // fromUpstream frames buf, every byte Redis sent that the last call did not
@@ -751,10 +772,9 @@ func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 		}
 		u, err, ready := s.srv.perms.lookup(s, name)
 		if !ready {
-			s.aclWait = true
+			s.pause = pauseACL
 			return decidePause, true
 		}
-		s.aclWait = false
 		if err != nil {
 			l.out = append(l.out, "-ERR Cicada could not check HOTKEYS against the connection's ACL user: "...)
 			l.out = append(l.out, oneLine(err.Error())...)
@@ -774,13 +794,6 @@ func (s *session) onHotkeys(args [][]byte, argc int64) (decision, bool) {
 // for is done: it parses the HOTKEYS request again (answered from the
 // cache now, or with the lookup's error).
 func (s *session) aclLooked(gnet.Conn, error) error {
-	if s.aclWait && s.paused && s.sent.len() == 0 && !s.closing() && !s.released() && !s.srv.draining.Load() {
-		s.paused = false
-		if h, half := s.client.(*halfConn); half {
-			h.progress()
-		} else {
-			s.processClient()
-		}
-	}
+	s.resume(pauseACL)
 	return nil
 }
