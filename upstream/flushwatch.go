@@ -3,7 +3,6 @@ package upstream
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,12 +33,4 @@ func watchFlushes(ctx context.Context, opts *redis.Options, subID int64) (*redis
 		return nil, fmt.Errorf("upstream: CLIENT TRACKING for flush detection: %w", err)
 	}
 	return tr, nil
-}
-
-// isFlushSignal recognizes go-redis's error for a tracking message with a
-// nil payload, which is how a flush arrives. The reply was read whole, so
-// the connection is still in sync. If go-redis changes the wording, the
-// error ends the subscription instead, which also flushes the cache.
-func isFlushSignal(err error) bool {
-	return strings.Contains(err.Error(), "unsupported pubsub message payload: <nil>")
 }

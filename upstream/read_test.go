@@ -84,21 +84,22 @@ func TestWatchedReadErrors(t *testing.T) {
 	t.Run("1 MB key, small reads", func(t *testing.T) {
 		w, srv, s := fakeWatched(t)
 		m := pmsg("0", strings.Repeat("x", 1<<20))
-		go srv.Write([]byte(m))
-		got := 0
-		buf := make([]byte, 4096)
+		go srv.Write([]byte(m + pong))
 		w.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for got < len(m) {
-			n, err := w.Read(buf)
+		buf := make([]byte, 4096)
+		rest := ""
+		for s.Events() == 0 {
+			n, err := w.readOnce(buf)
 			if err != nil {
-				t.Fatal(got, err)
+				t.Fatal(err)
 			}
-			if got += n; got < len(m) && s.Events() != 0 {
-				t.Fatal("applied before complete")
+			if s.Events() == 0 && (n != 0 || len(w.pend) == 0) {
+				t.Fatalf("before the notification is complete: %d bytes handed on, %d pending", n, len(w.pend))
 			}
+			rest = string(buf[:n])
 		}
-		if s.Events() != 1 {
-			t.Fatalf("events %d", s.Events())
+		if got := rest + readAll(t, w, len(pong)-len(rest), 4096); got != pong || s.Events() != 1 {
+			t.Fatalf("go-redis got %q; events %d, want only the pong and 1", got, s.Events())
 		}
 	})
 	t.Run("empty key and many in one read", func(t *testing.T) {
@@ -108,18 +109,74 @@ func TestWatchedReadErrors(t *testing.T) {
 		for i := range 5000 {
 			b.WriteString(pmsg("15", "key:"+itoa(i)))
 		}
-		go srv.Write([]byte(b.String()))
-		buf := make([]byte, 1<<20)
+		go srv.Write([]byte(b.String() + pong))
 		w.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for got := 0; got < b.Len(); {
-			n, err := w.Read(buf)
-			if err != nil {
-				t.Fatal(got, err)
-			}
-			got += n
-		}
-		if s.Events() != 5001 {
-			t.Fatalf("events %d", s.Events())
+		if got := readAll(t, w, len(pong), 1<<20); got != pong || s.Events() != 5001 {
+			t.Fatalf("go-redis got %q; events %d, want only the pong and 5001", got, s.Events())
 		}
 	})
+}
+
+// pong is a subscribed connection's reply to PING.
+const pong = "*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+
+// readAll reads n bytes through w.Read with a buffer of size.
+func readAll(t *testing.T, w *watchedConn, n, size int) string {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, size)
+	for len(got) < n {
+		m, err := w.Read(buf)
+		if err != nil {
+			t.Fatal(len(got), err)
+		}
+		got = append(got, buf[:m]...)
+	}
+	return string(got)
+}
+
+// TestReadHandsOnOnlyReplies: go-redis gets every reply but keyspace
+// notifications and flushes, whole and in order, however the bytes are
+// split between reads and whatever its buffer's size (the rest waits in
+// out); the notifications are applied.
+func TestReadHandsOnOnlyReplies(t *testing.T) {
+	flush := "*3\r\n$7\r\nmessage\r\n$" + itoa(len(TrackingChannel)) + "\r\n" + TrackingChannel + "\r\n*-1\r\n"
+	sub := "*3\r\n$10\r\npsubscribe\r\n$16\r\n__keyspace@*__:*\r\n:1\r\n"
+	long := "-ERR " + strings.Repeat("e", 5000) + "\r\n"
+	var in, want strings.Builder
+	for i := range 300 {
+		switch i % 5 {
+		case 0:
+			in.WriteString(sub)
+			want.WriteString(sub)
+		case 1:
+			in.WriteString(pmsg("3", "k"+itoa(i)))
+		case 2:
+			in.WriteString(flush)
+		case 3:
+			in.WriteString(long)
+			want.WriteString(long)
+		case 4:
+			in.WriteString(pmsg("0", strings.Repeat("x", i*10)) + pong)
+			want.WriteString(pong)
+		}
+	}
+	for _, size := range []int{7, 100, 4096, 1 << 20} {
+		w, srv, s := fakeWatched(t)
+		go func() {
+			b := in.String()
+			for len(b) > 0 { // writes of odd sizes, so reads split anywhere
+				n := min(len(b), 1+len(b)%4093)
+				_, _ = srv.Write([]byte(b[:n]))
+				b = b[n:]
+			}
+		}()
+		w.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got := readAll(t, w, want.Len(), size); got != want.String() {
+			t.Fatalf("buffer of %d: go-redis got %d bytes, want %d: the replies but notifications and flushes", size, len(got), want.Len())
+		}
+		if s.Events() != 120 || s.Flushes() != 60 {
+			t.Errorf("buffer of %d: %d notifications and %d flushes applied, want 120 and 60", size, s.Events(), s.Flushes())
+		}
+	}
 }

@@ -430,9 +430,6 @@ func (s *Subscriber) session(ctx context.Context) error {
 					return ErrSilent
 				}
 				continue
-			case isFlushSignal(err):
-				lastHeard = time.Now() // the flush was applied as it was read (watch.go)
-				continue
 			}
 			if e := s.controlErr(); e != nil {
 				return e
@@ -442,8 +439,10 @@ func (s *Subscriber) session(ctx context.Context) error {
 		lastHeard = time.Now()
 		switch m := msg.(type) {
 		case *redis.Message:
-			// Applied as it was read (watch.go). A tracking message is
-			// for a key under trackingPrefix: none is cached.
+			// Keyspace notifications and flushes were applied as they
+			// were read and are not handed on (watch.go): this is a
+			// tracking message for a key under trackingPrefix, none of
+			// which is cached.
 		case *redis.Pong:
 			if s.onPong != nil {
 				s.onPong()
