@@ -204,10 +204,9 @@ type conversation struct {
 	// (the adapter's; loopEnv.endFill calls it).
 	wakeFill func()
 	// queuedN and dequeuedN count the requests queued and dequeued so far;
-	// blockingAt is the queuedN of the last one that may block (a blocking
-	// command, or one the command table does not know): one is in flight
-	// while blockingAt > dequeuedN.
-	queuedN, dequeuedN, blockingAt uint64
+	// otherAt is the queuedN of the last one that is not a plain read
+	// (readsAhead): one is in flight while otherAt > dequeuedN.
+	queuedN, dequeuedN, otherAt uint64
 
 	tx transaction
 	// accepted is set by Redis's first reply that is not an error: until

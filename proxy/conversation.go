@@ -168,8 +168,11 @@ func (cv *conversation) onCommand(n int) decision {
 		return decideForward
 	}
 	cv.queue(rq)
-	if spec == nil || spec.Flags&command.FlagBlocking != 0 {
-		cv.blockingAt = cv.queuedN // it may block: a fill behind it may wait long
+	if spec == nil || spec.Flags&command.FlagReadonly == 0 || spec.Flags&command.FlagBlocking != 0 || conn != command.ConnNone {
+		// Not a plain read: it may change the connection's state without
+		// pausing it (CLIENT TRACKING), or wait in Redis (a blocking
+		// command, WAIT, a write held by CLIENT PAUSE WRITE).
+		cv.otherAt = cv.queuedN
 	}
 	if pauseAfter {
 		cv.pause = pauseReplies
@@ -442,7 +445,9 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 
 // missed decides a GET/HGET of k that is not cached, on a connection whose
 // confirmed state allows local answers (behind: with replies of its own
-// outstanding, and then mayFill's rules suffice). A hot key is filled unless a fill of it is in flight on
+// outstanding, and then mayFill's rules suffice, and it fills only if
+// every request ahead is a plain read: anything else may change the state
+// the fill is kept under, or hold its reply back). A hot key is filled unless a fill of it is in flight on
 // the loop (one fill per key and loop, whatever the number of connections
 // that read it) or failed lately for what the key holds; with one in
 // flight, the request waits for it, behind its own replies first, and is
@@ -461,12 +466,18 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 			return answerAfterReplies
 		}
 	case fillNone:
-		if cv.env.det.IsHot(k.ReadHash()) {
+		if cv.env.det.IsHot(k.ReadHash()) && (!behind || cv.readsAhead()) {
 			return answerFill
 		}
 	}
 	return answerForward
 }
+
+// readsAhead reports whether every request in flight is a plain read
+// (GET, HGET, or a readonly command that cannot block and changes no
+// connection state): their replies come as soon as Redis serves them and
+// leave the connection as it is.
+func (cv *conversation) readsAhead() bool { return cv.otherAt <= cv.dequeuedN }
 
 // forwardFill forwards a GET/HGET of hot key k that is not cached, with a
 // PTTL (and, for a field on a server with hash-field expiration, an HPTTL)
@@ -482,9 +493,8 @@ func (cv *conversation) forwardFill(k *hotcache.Key) decision {
 	}
 	ri := &readInfo{key: k.Clone(), fill: true, ticket: t, sentAt: env.cache.Now()}
 	// Other connections wait for this fill only if its reply comes as
-	// soon as Redis serves it: nothing ahead of it on this connection may
-	// block, and little is ahead of it.
-	cv.loop.startFill(k.ReadHash(), cv.blockingAt <= cv.dequeuedN && cv.sent.len() <= fillWaitAhead)
+	// soon as Redis serves it: only plain reads, and few, are ahead of it.
+	cv.loop.startFill(k.ReadHash(), cv.readsAhead() && cv.sent.len() <= fillWaitAhead)
 	cv.forwardRead(ri)
 	cv.queue(request{kind: expectSwallow, read: ri})
 	// Appended: the batch's earlier fills' PTTLs wait in upv until it is

@@ -151,7 +151,7 @@ type fill uint8
 const (
 	fillNone          fill = iota // no fill in flight: one may start
 	fillRunning                   // a fill of the key is in flight on this loop
-	fillRunningBehind             // ... behind a request of its connection that may block: not worth a wait
+	fillRunningBehind             // ... behind a request of its connection that is not a plain read: not worth a wait
 	fillBackoff                   // its last fill failed for what the key holds: no fill now
 )
 

@@ -151,3 +151,133 @@ func TestHotInsideBatch(t *testing.T) {
 		t.Errorf("next pipeline of 256: Redis got %d GETs and %d PTTLs, want none", gets2-gets1, pttls2-pttls1)
 	}
 }
+
+// readyConn dials addr and sends a PING, so that Redis has answered the
+// connection (until then nothing on it is answered from the cache).
+func readyConn(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := redistest.ReadReply(br); err != nil || string(r) != "+PONG\r\n" {
+		t.Fatalf("PING: %q, %v", r, err)
+	}
+	return c, br
+}
+
+// TestNoWaitForHeldBackFill: another connection never waits for a fill
+// whose reply Redis may hold back, behind a request ahead of it on its
+// connection: WAIT, which blocks without replicas (the command table does
+// not flag it blocking), or a write held by CLIENT PAUSE WRITE, while
+// Redis serves reads. Found by the adversarial review of the fill change:
+// the second GET hung for as long as the first connection's WAIT.
+func TestNoWaitForHeldBackFill(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{Loops: 1})
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
+	defer rc.Close()
+	ctx := context.Background()
+	for _, k := range []string{"w1", "w2"} {
+		if err := rc.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(t *testing.T, key string) {
+		t.Helper()
+		b, br := readyConn(t, p.Addr)
+		_ = b.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := b.Write([]byte("*2\r\n$3\r\nGET\r\n$2\r\n" + key + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := redistest.ReadReply(br); err != nil || string(got) != "$1\r\nv\r\n" {
+			t.Fatalf("GET %s on another connection: %q, %v; want Redis's $1 v at once", key, got, err)
+		}
+	}
+	t.Run("behind WAIT", func(t *testing.T) {
+		a, _ := readyConn(t, p.Addr)
+		sent := forwardedGets(t, p)
+		if _, err := a.Write([]byte("*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$1\r\n0\r\n*2\r\n$3\r\nGET\r\n$2\r\nw1\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return forwardedGets(t, p) > sent }) // the GET behind WAIT went to Redis
+		get(t, "w1")
+	})
+	t.Run("behind a write CLIENT PAUSE WRITE holds", func(t *testing.T) {
+		if err := rc.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Do(ctx, "CLIENT", "UNPAUSE")
+		a, abr := readyConn(t, p.Addr)
+		sent := forwardedGets(t, p)
+		if _, err := a.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\n1\r\n*2\r\n$3\r\nGET\r\n$2\r\nw2\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return forwardedGets(t, p) > sent })
+		get(t, "w2")
+		_ = a.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if r, err := redistest.ReadReply(abr); err == nil {
+			t.Fatalf("the paused SET was answered (%q) before the other GET: the test did not hold it", r)
+		}
+	})
+}
+
+// forwardedGets is how many GETs and HGETs Cicada has sent to Redis.
+func forwardedGets(t *testing.T, p *cicadatest.Proxy) float64 {
+	return metric(t, p, "cicada_cache_misses_total", "")
+}
+
+// TestNoFillBehindTracking: a GET pipelined behind CLIENT TRACKING ON
+// OPTOUT and CLIENT CACHING no is not filled: Cicada's PTTL right behind
+// it would be the command CLIENT CACHING no does not exempt, and Redis
+// would track the key and send an invalidation it never sends the client
+// (found by the adversarial review of the fill change).
+func TestNoFillBehindTracking(t *testing.T) {
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{Loops: 1})
+	direct := redistest.Start(t)
+	for _, addr := range []string{r.Addr, direct.Addr} {
+		rc := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		if err := rc.Set(context.Background(), "tk", "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = rc.Close()
+	}
+	run := func(addr, redisAddr string) string {
+		c, br := readyConn(t, addr)
+		send := func(b string, replies int) string {
+			if _, err := c.Write([]byte(b)); err != nil {
+				t.Fatal(err)
+			}
+			var out []byte
+			for range replies {
+				rep, err := redistest.ReadReply(br)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, rep...)
+			}
+			return string(out)
+		}
+		send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", 1)
+		got := send("*4\r\n$6\r\nCLIENT\r\n$8\r\nTRACKING\r\n$2\r\nON\r\n$6\r\nOPTOUT\r\n"+
+			"*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$2\r\nno\r\n*2\r\n$3\r\nGET\r\n$2\r\ntk\r\n", 3)
+		rc := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
+		defer rc.Close()
+		if err := rc.Set(context.Background(), "tk", "v2", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// A push for the SET would come before the reply to this PING.
+		return got + send("*1\r\n$4\r\nPING\r\n", 1)
+	}
+	want := run(direct.Addr, direct.Addr)
+	if got := run(p.Addr, r.Addr); got != want {
+		t.Errorf("through Cicada %q, want Redis's %q", got, want)
+	}
+}
