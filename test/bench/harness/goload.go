@@ -91,5 +91,13 @@ func goScenarios(c scenarioConfig) []scenario {
 		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
 			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
 		Targets: []string{targetRedis, targetCicada, targetTwem},
+	}, {
+		// Application fleets hold thousands of connections; Redis's cost
+		// per connection (reads, writes, client buffers) shows here.
+		Name:         "6 skew 90/10 c2000",
+		HotThreshold: 1000,
+		Prefill:      prefillSkew(c.Loadgen),
+		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "2000"}},
+		Targets:      []string{targetRedis, targetCicada2, targetTwem},
 	}}
 }

@@ -431,8 +431,19 @@ func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample,
 	if err != nil {
 		return smp, err
 	}
+	stop, peak := make(chan struct{}), make(chan int64, 1)
+	if redis != nil {
+		go clientMemory(redis.addr, stop, peak)
+	}
 	begin := time.Now()
 	res, raw, err := sc.Load.Run(s.addr(t))
+	close(stop)
+	if redis != nil {
+		if b := <-peak; b >= 0 {
+			mb := float64(b) / (1 << 20)
+			smp.RedisClientMB = &mb
+		}
+	}
 	if err != nil {
 		return smp, fmt.Errorf("harness: %s on %s, round %d: %w", sc.Name, t, round+1, err)
 	}

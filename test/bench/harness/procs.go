@@ -175,32 +175,75 @@ func roundTrip(addr string, req []byte) (string, error) {
 // exits, and another Redis listening there answers (and would be written
 // to) in its place.
 func (p *proc) ownsRedis() error {
-	c, err := net.DialTimeout("tcp", p.addr, time.Second)
+	body, err := info(p.addr, "server")
 	if err != nil {
 		return err
 	}
+	if !strings.Contains(body, "\r\nprocess_id:"+strconv.Itoa(p.pid())+"\r\n") {
+		return fmt.Errorf("harness: the Redis at %s is not the redis-server the harness started (port in use? see its log)", p.addr)
+	}
+	return nil
+}
+
+// info returns the text of INFO section from the Redis at addr.
+func info(addr, section string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write(command("INFO", "server")); err != nil {
-		return err
+	if _, err := c.Write(command("INFO", section)); err != nil {
+		return "", err
 	}
 	br := bufio.NewReader(c)
 	head, err := br.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
 	if err != nil || n < 0 {
-		return fmt.Errorf("harness: INFO server at %s: reply %q", p.addr, head)
+		return "", fmt.Errorf("harness: INFO %s at %s: reply %q", section, addr, head)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(br, body); err != nil {
-		return err
+		return "", err
 	}
-	if !strings.Contains(string(body), "\r\nprocess_id:"+strconv.Itoa(p.pid())+"\r\n") {
-		return fmt.Errorf("harness: the Redis at %s is not the redis-server the harness started (port in use? see its log)", p.addr)
+	return string(body), nil
+}
+
+// infoInt returns the integer field name of INFO section at addr.
+func infoInt(addr, section, name string) (int64, error) {
+	body, err := info(addr, section)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	for _, line := range strings.Split(body, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("harness: INFO %s at %s has no %s", section, addr, name)
+}
+
+// clientMemory samples Redis's mem_clients_normal (bytes: the memory Redis
+// holds for its normal clients, buffers included) every 100 ms until stop
+// is closed, and sends the largest value read (-1 if none could be).
+func clientMemory(addr string, stop <-chan struct{}, peak chan<- int64) {
+	best := int64(-1)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			peak <- best
+			return
+		case <-t.C:
+			if v, err := infoInt(addr, "memory", "mem_clients_normal"); err == nil && v > best {
+				best = v
+			}
+		}
+	}
 }
 
 // pipeline sends reqs on one connection, a batch at a time, and checks

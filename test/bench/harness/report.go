@@ -29,6 +29,10 @@ type sample struct {
 	// LoadCPUus is the load generator's CPU time per request in µs
 	// (connection setup included).
 	LoadCPUus float64
+	// RedisClientMB is the most memory Redis held for its normal clients
+	// during the run (INFO memory's mem_clients_normal, sampled every
+	// 100 ms), in MiB; nil where the target has no Redis.
+	RedisClientMB *float64 `json:",omitempty"`
 	// CacheHits is how many requests Cicada answered from its cache
 	// (cicada_cache_hits_total before and after); nil for other targets.
 	CacheHits *float64 `json:",omitempty"`
@@ -76,11 +80,12 @@ type summary struct {
 	proxyCPU, redisCPU  float64 // NaN where not applicable
 	loadCPU             float64 // the load generator's µs per request
 	hitRatio            float64 // NaN except for Cicada
+	clientMB            float64 // Redis's peak mem_clients_normal, MiB; NaN without Redis
 	rpsSpread           float64 // (max-min)/median of ops/s
 }
 
 func summarize(ss []sample) summary {
-	var rps, p50, p99, p999, pc, rc, lc, hit []float64
+	var rps, p50, p99, p999, pc, rc, lc, hit, mem []float64
 	for _, s := range ss {
 		lc = append(lc, s.LoadCPUus)
 		rps = append(rps, s.RPS)
@@ -93,12 +98,15 @@ func summarize(ss []sample) summary {
 		if s.RedisCPUus != nil {
 			rc = append(rc, *s.RedisCPUus)
 		}
+		if s.RedisClientMB != nil {
+			mem = append(mem, *s.RedisClientMB)
+		}
 		if s.CacheHits != nil && s.Requests > 0 {
 			hit = append(hit, *s.CacheHits/float64(s.Requests))
 		}
 	}
 	m := summary{n: len(ss), rps: median(rps), p50: median(p50), p99: median(p99), p999: median(p999),
-		proxyCPU: median(pc), redisCPU: median(rc), loadCPU: median(lc), hitRatio: median(hit)}
+		proxyCPU: median(pc), redisCPU: median(rc), loadCPU: median(lc), hitRatio: median(hit), clientMB: median(mem)}
 	if len(rps) > 0 {
 		m.rpsSpread = (slices.Max(rps) - slices.Min(rps)) / m.rps
 	}
@@ -131,8 +139,9 @@ func printTable(w io.Writer, r report) {
 		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
 	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
 	fmt.Fprintf(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of %d cores; hits: requests (SETs too) answered from Cicada's cache.\n", runtime.NumCPU())
+	fmt.Fprintln(w, "redis clients MiB: the most memory Redis held for its clients during a run (INFO memory mem_clients_normal, sampled every 100 ms).")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\t")
+	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\tredis clients MiB\tclients ×redis\t")
 	var order []string
 	groups := map[string]map[string][]sample{}
 	targets := map[string][]string{} // each scenario's targets, in run order
@@ -152,11 +161,11 @@ func printTable(w io.Writer, r report) {
 		base := summarize(g[targetRedis])
 		for _, t := range targets[name] {
 			m := summarize(g[t])
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 				name, t, m.rps, 100*m.rpsSpread, m.p50, m.p99, m.p999,
 				num(m.proxyCPU, 2), num(m.redisCPU, 2), m.loadCPU, m.busyCores(),
 				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.total(), base.total()),
-				pct(m.hitRatio))
+				pct(m.hitRatio), num(m.clientMB, 1), ratio(m.clientMB, base.clientMB))
 		}
 		ct := targetCicada
 		if len(g[ct]) == 0 {
