@@ -13,7 +13,9 @@
 // Targets: redis (direct), cicada (--loops -loops), cicada-off (the cache
 // and its detector turned off: the detector's cost is the gap to it),
 // cicada-2loops and bare-2loops (two event loops, for redis-benchmark
-// --threads 2), twemproxy, bare. Flow per scenario: start the Cicada and
+// --threads 2), twemproxy, bare; with -loops-sweep N, a scenario's Cicada
+// targets are cicada-1loops ... cicada-Nloops instead, so that one run on
+// a machine with N cores measures how Cicada scales. Flow per scenario: start the Cicada and
 // bare servers it needs (a Cicada restarts when the scenario's
 // --hot-threshold differs), prefill Redis directly, warm up each target,
 // then the rounds.
@@ -46,6 +48,7 @@ type options struct {
 	np1, np16   int
 	clients     int
 	loops       int
+	loopsSweep  int
 	cicada      string
 	bare        string
 	nutcracker  string
@@ -70,6 +73,7 @@ func main() {
 	flag.IntVar(&o.np16, "n-p16", 1000000, "requests per run with -P 16")
 	flag.IntVar(&o.clients, "clients", 50, "redis-benchmark connections (-c)")
 	flag.IntVar(&o.loops, "loops", 1, "Cicada's --loops and the bare server's -loops (1: the single-core comparison with Redis and twemproxy)")
+	flag.IntVar(&o.loopsSweep, "loops-sweep", 0, "if N > 0, run each scenario's Cicada targets as cicada-1loops ... cicada-Nloops (N up to the machine's cores)")
 	flag.StringVar(&o.cicada, "cicada", "bin/cicada", "Cicada binary")
 	flag.StringVar(&o.bare, "bare", "bin/bareserver", "bare gnet server binary (test/bench/bareserver)")
 	flag.StringVar(&o.nutcracker, "nutcracker", "nutcracker", "twemproxy binary")
@@ -92,7 +96,7 @@ func main() {
 	if o.only, err = regexp.Compile(only); err != nil {
 		fatal(err)
 	}
-	if o.rounds < 1 || o.np1 < 1 || o.np16 < 1 || o.clients < 1 || o.loops < 1 {
+	if o.rounds < 1 || o.np1 < 1 || o.np16 < 1 || o.clients < 1 || o.loops < 1 || o.loopsSweep < 0 {
 		fatal(fmt.Errorf("harness: -rounds, -n-p1, -n-p16, -clients and -loops must be >= 1"))
 	}
 
@@ -179,6 +183,9 @@ func run(o options) error {
 	var chosen []scenario
 	for _, sc := range scenarios(cfg) {
 		if o.only.MatchString(sc.Name) {
+			if o.loopsSweep > 0 {
+				sc.Targets = sweepTargets(sc.Targets, o.loopsSweep)
+			}
 			chosen = append(chosen, sc)
 		}
 	}
@@ -349,7 +356,45 @@ func (s *servers) ensure(t string, threshold uint32) error {
 	case targetBare2:
 		return s.ensureBare(t, 2)
 	}
+	if n, ok := sweepLoops(t); ok {
+		return s.ensureCicada(t, cicadaConfig{loops: n, threshold: threshold})
+	}
 	return nil
+}
+
+// sweepTargets replaces the Cicada targets among ts (cicada,
+// cicada-2loops; not cicada-off) by cicada-1loops ... cicada-<n>loops, in
+// their place.
+func sweepTargets(ts []string, n int) []string {
+	var out []string
+	swept := false
+	for _, t := range ts {
+		if t != targetCicada && t != targetCicada2 {
+			out = append(out, t)
+			continue
+		}
+		if !swept {
+			for k := 1; k <= n; k++ {
+				out = append(out, "cicada-"+strconv.Itoa(k)+"loops")
+			}
+			swept = true
+		}
+	}
+	return out
+}
+
+// sweepLoops reads the loop count of a target sweepTargets named.
+func sweepLoops(t string) (int, bool) {
+	s, ok := strings.CutPrefix(t, "cicada-")
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, "loops")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n > 0
 }
 
 // ensureBare starts the bare server of target t with loops event loops.

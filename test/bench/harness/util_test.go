@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,6 +92,25 @@ func TestPrintTableNotes(t *testing.T) {
 		"INCOMPLETE: the run stopped early (harness: 5 open on cicada, round 1: exit status 1)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}
+
+// TestSweepTargets: -loops-sweep replaces a scenario's Cicada targets, in
+// their place, by one per loop count, and ensure reads the count back.
+func TestSweepTargets(t *testing.T) {
+	got := sweepTargets([]string{targetRedis, targetCicada, targetCicadaOff, targetTwem, targetCicada2}, 3)
+	want := []string{targetRedis, "cicada-1loops", "cicada-2loops", "cicada-3loops", targetCicadaOff, targetTwem}
+	if !slices.Equal(got, want) {
+		t.Errorf("sweepTargets: got %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		t  string
+		n  int
+		ok bool
+	}{{"cicada-4loops", 4, true}, {targetCicada2, 2, true}, {targetCicada, 0, false}, {targetCicadaOff, 0, false}, {"cicada-0loops", 0, false}} {
+		if n, ok := sweepLoops(c.t); n != c.n || ok != c.ok {
+			t.Errorf("sweepLoops(%q) = %d, %v; want %d, %v", c.t, n, ok, c.n, c.ok)
 		}
 	}
 }
