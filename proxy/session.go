@@ -127,19 +127,15 @@ func (s *session) closing() bool { return s.life >= clientClosing }
 // shared state: one of its connections has ended.
 func (s *session) released() bool { return s.life == clientGone || s.upLife == upClosed }
 
-// endClient and endUp record the end of the client or the upstream
-// connection; the first of the two releases the session.
-func (s *session) endClient() {
+// end records the end of the client connection (client) or of the
+// upstream one; the first of the two releases the session.
+func (s *session) end(client bool) {
 	first := !s.released()
-	s.life = clientGone
-	if first {
-		s.release()
+	if client {
+		s.life = clientGone
+	} else {
+		s.upLife = upClosed
 	}
-}
-
-func (s *session) endUp() {
-	first := !s.released()
-	s.upLife = upClosed
 	if first {
 		s.release()
 	}
@@ -379,7 +375,7 @@ func (s *session) finishClose() {
 	if s.up != nil && s.upLife != upClosed {
 		_ = s.up.Close()
 	}
-	s.endClient()
+	s.end(true)
 }
 
 // onUpstreamClose tears the session down after Redis closed the connection
@@ -389,7 +385,7 @@ func (s *session) finishClose() {
 // reply not yet written, and so does Cicada.
 func (s *session) onUpstreamClose(c gnet.Conn) {
 	s.salvage(c)
-	s.endUp()
+	s.end(false)
 	if s.life == clientHalf {
 		s.life = clientClosing
 		_ = s.client.Close()
@@ -431,7 +427,7 @@ func (s *session) drainWoken(gnet.Conn, error) error {
 // release gives back everything the session holds in shared state: write
 // stripes, cache suspensions. A write still in flight may yet execute; its
 // keyspace notification then evicts like any write from outside Cicada.
-// Called once, by endClient or endUp.
+// Called once, by end.
 func (s *session) release() {
 	s.dropSent()
 	s.abandonTx()
