@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -41,21 +42,9 @@ func TestFlashCrowd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := make([]net.Conn, conns)
+	brs := make([]*bufio.Reader, conns)
 	for i := range cs {
-		c, err := net.Dial("tcp", p.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 7)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "+PONG\r\n" {
-			t.Fatalf("PING: %q, %v", buf, err)
-		}
-		cs[i] = c
+		cs[i], brs[i] = readyConn(t, p.Addr)
 	}
 	getsBefore, pttlsBefore := commandCalls(t, r.Addr, "get"), commandCalls(t, r.Addr, "pttl")
 	batch := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$5\r\ncrowd\r\n", pipeline))
@@ -63,11 +52,11 @@ func TestFlashCrowd(t *testing.T) {
 	start := make(chan struct{})
 	errs := make(chan string, conns)
 	var wg sync.WaitGroup
-	for _, c := range cs {
+	for i, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			br := bufio.NewReader(c)
+			br := brs[i]
 			got := make([]byte, len(want))
 			<-start
 			for range rounds {
@@ -76,7 +65,7 @@ func TestFlashCrowd(t *testing.T) {
 					return
 				}
 				if _, err := io.ReadFull(br, got); err != nil || string(got) != want {
-					errs <- "replies " + string(got) + " " + errString(err)
+					errs <- fmt.Sprintf("replies %q, %v", got, err)
 					return
 				}
 			}
@@ -98,13 +87,6 @@ func TestFlashCrowd(t *testing.T) {
 	}
 }
 
-func errString(err error) string {
-	if err == nil {
-		return "<nil>"
-	}
-	return err.Error()
-}
-
 // TestHotInsideBatch: a key that turns hot inside a pipeline is filled by
 // the first GET after it did, and the GETs behind that one wait for the
 // fill instead of going to Redis; the next pipeline is answered from the
@@ -118,13 +100,7 @@ func TestHotInsideBatch(t *testing.T) {
 	if err := rc.Set(context.Background(), "warm", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", p.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := readyConn(t, p.Addr)
 	send := func(n int) {
 		t.Helper()
 		if _, err := c.Write([]byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$4\r\nwarm\r\n", n))); err != nil {
@@ -156,12 +132,8 @@ func TestHotInsideBatch(t *testing.T) {
 // connection (until then nothing on it is answered from the cache).
 func readyConn(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	c := dialPlain(t, addr)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(c)
 	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		t.Fatal(err)
