@@ -125,6 +125,9 @@ type entry struct {
 	get      *reply            // GET reply, or nil
 	fields   map[string]*reply // HGET replies by field, or nil
 	rec      *record           // writer-side bookkeeping; readers never touch it
+	// used is set by the key's first hit (Lookup) and read when the key
+	// leaves (removeLocked); shared by the key's entry copies.
+	used *atomic.Bool
 }
 
 // record is the writer-side state of a cached key. Guarded by Cache.mu.
@@ -134,6 +137,7 @@ type record struct {
 	replies    int
 	bytes      int64
 	prev, next *record // insertion order, oldest first
+	seq        uint64  // insertion number: a smaller one is older
 }
 
 // stripe is one fill-guard counter pair, padded to its own cache line.
@@ -163,20 +167,24 @@ type Cache struct {
 	noNils         atomic.Bool   // nil replies are not cached (SetNilReplies); set under mu
 	epoch          atomic.Uint64 // bumped by Hold, Release and Flush
 	now            func() int64
-	maxValue       atomic.Int64                      // bytes; read by Fill before it locks
-	denied         atomic.Pointer[func([]byte) bool] // keys never cached; nil: none
+	maxValue       atomic.Int64                                           // bytes; read by Fill before it locks
+	denied         atomic.Pointer[func([]byte) bool]                      // keys never cached; nil: none
+	rank           atomic.Pointer[func(keyHash, readHash uint64) float64] // SetRank's; nil: evict oldest first
 
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
+	left    atomic.Uint64 // keys that left for a write, TTL, coldness or room
+	unused  atomic.Uint64 // of those, keys that served no hit
 
 	mu       sync.Mutex // guards the following
 	replies  int        // cached replies
 	bytes    int64      // accounted bytes
 	oldest   *record
 	newest   *record
-	capacity int   // replies
-	maxBytes int64 // bytes
-	disabled *Hold // SetEnabled(false)'s suspension; nil when enabled
+	seq      uint64 // records pushed so far
+	capacity int    // replies
+	maxBytes int64  // bytes
+	disabled *Hold  // SetEnabled(false)'s suspension; nil when enabled
 }
 
 // slotTable is the open-addressing table of published entries: an entry
@@ -284,6 +292,9 @@ func (c *Cache) Lookup(k *Key, ident Ident, proto int, f *Found) {
 	}
 	f.e, f.t, f.cell, f.HashSlot = e, t, cell, 0
 	f.Reply, f.Status = c.replyOf(e, k.field, k.isField, ident, proto)
+	if f.Status == Hit && !e.used.Load() {
+		e.used.Store(true) // once per key: later hits only load
+	}
 	if f.Status == Hit || f.Status == Unproven {
 		f.HashSlot = int(e.hashSlot)
 	}

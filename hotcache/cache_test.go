@@ -156,7 +156,7 @@ func TestTTL(t *testing.T) {
 	if _, st := get(c, "k", 1, 2); st != Miss {
 		t.Fatalf("at expiry: %v, want Miss", st)
 	}
-	c.Sweep(func(uint64) bool { return false })
+	c.Sweep(func(_, _ uint64) bool { return false })
 	if s := c.Stats(); s.Replies != 0 || s.Evicted[ReasonExpired] != 1 {
 		t.Errorf("after sweep: replies %d expired %d, want 0 and 1", s.Replies, s.Evicted[ReasonExpired])
 	}
@@ -286,7 +286,7 @@ func TestSweepCold(t *testing.T) {
 	fill(t, c, "h", "cold", true, []byte("$1\r\nx\r\n"), 0)
 	coldHash := FieldHash(HashString(0, "h"), []byte("cold"))
 	kHash := HashString(0, "k")
-	c.Sweep(func(h uint64) bool { return h == coldHash || h == kHash })
+	c.Sweep(func(_, h uint64) bool { return h == coldHash || h == kHash })
 	if _, st := get(c, "k", 1, 2); st != Miss {
 		t.Errorf("cold GET key: %v, want Miss", st)
 	}
@@ -369,7 +369,7 @@ func TestConcurrent(t *testing.T) {
 					if n%50 == 4 {
 						c.Flush()
 					}
-					c.Sweep(func(uint64) bool { return n%3 == 0 })
+					c.Sweep(func(_, _ uint64) bool { return n%3 == 0 })
 				}
 			}
 		}(w)
@@ -463,5 +463,49 @@ func TestCurrent(t *testing.T) {
 	}
 	if miss := lookup(c, keyOf("absent")); c.Current(&miss) {
 		t.Error("Current of a miss: true, want false")
+	}
+}
+
+// TestEvictByRank: with a rank, an eviction for room takes the lowest
+// ranked of the oldest keys, not the oldest; Replies yields each reply's
+// key and read hashes; Full compares with the share of a limit.
+func TestEvictByRank(t *testing.T) {
+	c, _ := newTestCache(t, 3, 1<<20)
+	rank := map[uint64]float64{HashString(0, "k0"): 5, HashString(0, "k1"): 1, HashString(0, "k2"): 3, HashString(0, "k3"): 4}
+	c.SetRank(func(keyHash, readHash uint64) float64 {
+		if keyHash != readHash {
+			t.Errorf("GET reply ranked with key hash %x, read hash %x", keyHash, readHash)
+		}
+		return rank[keyHash]
+	})
+	for i := range 4 {
+		fill(t, c, fmt.Sprint("k", i), "", false, []byte("$1\r\nx\r\n"), 0)
+	}
+	for i, want := range []Status{Hit, Miss, Hit, Hit} {
+		if _, st := get(c, fmt.Sprint("k", i), 1, 2); st != want {
+			t.Errorf("k%d: %v, want %v (k1, ranked lowest, evicted)", i, st, want)
+		}
+	}
+	if !c.Full(1) || c.Full(1.01) {
+		t.Errorf("3 of 3 replies: Full(1) %v, Full(1.01) %v; want true, false", c.Full(1), c.Full(1.01))
+	}
+	fill(t, c, "h", "f", true, []byte("$1\r\nx\r\n"), 0) // evicts k2 (rank 3 < 4 < 5)
+	got := map[[2]uint64]bool{}
+	for keyHash, readHash := range c.Replies() {
+		got[[2]uint64{keyHash, readHash}] = true
+	}
+	h := HashString(0, "h")
+	want := map[[2]uint64]bool{
+		{HashString(0, "k0"), HashString(0, "k0")}: true,
+		{HashString(0, "k3"), HashString(0, "k3")}: true,
+		{h, FieldHash(h, []byte("f"))}:             true,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Replies: %v, want %v", got, want)
+	}
+	c.SetRank(nil)
+	fill(t, c, "k9", "", false, []byte("$1\r\nx\r\n"), 0) // oldest first again: k0
+	if _, st := get(c, "k0", 1, 2); st != Miss {
+		t.Errorf("without a rank, k0 (oldest): %v, want Miss", st)
 	}
 }

@@ -1,6 +1,7 @@
 package hotcache
 
 import (
+	"iter"
 	"sync/atomic"
 
 	"github.com/cicada-proxy/cicada/cluster"
@@ -18,7 +19,7 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	if old != nil {
 		n = *old
 	} else {
-		n = entry{hash: h, db: int32(db), key: string(key), hashSlot: uint16(cluster.Slot(key))}
+		n = entry{hash: h, db: int32(db), key: string(key), hashSlot: uint16(cluster.Slot(key)), used: new(atomic.Bool)}
 	}
 	edit(&n)
 	replies, size := measure(&n)
@@ -45,10 +46,7 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	rec.e = &n
 	c.slotLocked(rec.slot).Store(&n)
 	for c.replies > c.capacity || c.bytes > c.maxBytes {
-		victim := c.oldest
-		if victim == rec {
-			victim = rec.next
-		}
+		victim := c.victimLocked(rec)
 		if victim == nil {
 			break
 		}
@@ -57,36 +55,82 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	return rec
 }
 
+// victimSample is how many of the oldest keys an eviction for room ranks.
+const victimSample = 8
+
+// victimLocked returns the key to evict for room, never keep: without a
+// rank (SetRank), the oldest; with one, the lowest ranked of the
+// victimSample oldest (the oldest among equals). nil when keep is the
+// only key.
+func (c *Cache) victimLocked(keep *record) *record {
+	rank := c.rankLocked()
+	var victim *record
+	var low float64
+	n := 0
+	for r := c.oldest; r != nil && n < victimSample; r = r.next {
+		if r == keep {
+			continue
+		}
+		if rank == nil {
+			return r
+		}
+		if v := c.worthLocked(rank, r.e); victim == nil || v < low {
+			victim, low = r, v
+		}
+		n++
+	}
+	return victim
+}
+
+// rankLocked returns the rank SetRank set, or nil.
+func (c *Cache) rankLocked() func(keyHash, readHash uint64) float64 {
+	if p := c.rank.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// worthLocked is what keeping e is worth: the sum of its replies' ranks.
+func (c *Cache) worthLocked(rank func(keyHash, readHash uint64) float64, e *entry) float64 {
+	var v float64
+	if e.get != nil {
+		v += rank(e.hash, e.hash)
+	}
+	for f := range e.fields {
+		v += rank(e.hash, FieldHash(e.hash, []byte(f)))
+	}
+	return v
+}
+
 // freeSlotLocked returns an empty slot among the probe slots of h, evicting
-// the oldest entry there when all are taken.
+// an entry there when all are taken: the lowest ranked (SetRank), the
+// oldest among equals or without a rank.
 func (c *Cache) freeSlotLocked(h uint64) int {
-	var oldest *record
+	rank := c.rankLocked()
+	var victim *record
+	var low float64
 	for i := uint64(0); i < probe; i++ {
 		s := int((h + i) & c.table.Load().mask)
 		e := c.slotLocked(s).Load()
 		if e == nil {
 			return s
 		}
-		if oldest == nil || c.olderLocked(e.rec, oldest) {
-			oldest = e.rec
+		var v float64
+		if rank != nil {
+			v = c.worthLocked(rank, e)
+		}
+		if victim == nil || v < low || (v == low && e.rec.seq < victim.seq) {
+			victim, low = e.rec, v
 		}
 	}
-	s := oldest.slot
-	c.removeLocked(oldest, ReasonCapacity)
+	s := victim.slot
+	c.removeLocked(victim, ReasonCapacity)
 	return s
 }
 
-// olderLocked reports whether a was inserted before b.
-func (c *Cache) olderLocked(a, b *record) bool {
-	for r := a.next; r != nil; r = r.next {
-		if r == b {
-			return true
-		}
-	}
-	return false
-}
-
 func (c *Cache) pushLocked(r *record) {
+	c.seq++
+	r.seq = c.seq
 	r.prev, r.next = c.newest, nil
 	if c.newest != nil {
 		c.newest.next = r
@@ -103,6 +147,13 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	}
 	c.slotLocked(r.slot).CompareAndSwap(r.e, nil)
 	c.evicted[why].Add(uint64(r.replies))
+	switch why {
+	case ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity: // not a flush, a setting or the cluster
+		c.left.Add(1)
+		if !r.e.used.Load() {
+			c.unused.Add(1)
+		}
+	}
 	c.replies -= r.replies
 	c.bytes -= r.bytes
 	r.e = nil
@@ -133,21 +184,22 @@ func measure(e *entry) (replies int, size int64) {
 	return replies, size
 }
 
-// Sweep drops replies whose key expired and replies the detector calls
-// cold: isCold gets the detector hash of each cached reply (the key's hash
-// for GET, FieldHash for HGET). Called periodically by one goroutine; it
-// takes the writer lock only to change something.
-func (c *Cache) Sweep(isCold func(h uint64) bool) {
+// Sweep drops replies whose key expired and replies cold calls cold:
+// cold gets the hash of each cached reply's key (Hash) and the hash its
+// reads are counted under (the key's hash for GET, FieldHash for HGET;
+// Key.ReadHash). Called periodically by one goroutine; it takes the
+// writer lock only to change something.
+func (c *Cache) Sweep(cold func(keyHash, readHash uint64) bool) {
 	now := c.now()
 	c.published(func(e *entry) {
 		if e.expireAt != 0 && now >= e.expireAt {
 			c.evictEntry(e, ReasonExpired)
 			return
 		}
-		dropGet := e.get != nil && isCold(e.hash)
+		dropGet := e.get != nil && cold(e.hash, e.hash)
 		var coldFields []string
 		for f := range e.fields {
-			if isCold(FieldHash(e.hash, []byte(f))) {
+			if cold(e.hash, FieldHash(e.hash, []byte(f))) {
 				coldFields = append(coldFields, f)
 			}
 		}
@@ -203,10 +255,15 @@ func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
 
 // Stats is a snapshot of the cache's size and activity.
 type Stats struct {
-	Replies int                // cached replies now
-	Bytes   int64              // accounted bytes now
-	Fills   uint64             // replies stored since start
-	Evicted [numReasons]uint64 // replies evicted since start, by Reason
+	Replies int    // cached replies now
+	Bytes   int64  // accounted bytes now
+	Fills   uint64 // replies stored since start
+	// Left counts keys that left the cache for a write, a notification,
+	// their TTL, coldness or room (not a flush, a setting or the cluster)
+	// since start; Unused those of them that served no hit: filled for
+	// nothing (detector.Admission.Adapt).
+	Left, Unused uint64
+	Evicted      [numReasons]uint64 // replies evicted since start, by Reason
 	// DoubleReleases counts Hold.Release calls after a Hold's first: each
 	// is a bug (see Hold); 0 in a correct run.
 	DoubleReleases uint64
@@ -218,11 +275,59 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Replies: c.replies, Bytes: c.bytes}
 	c.mu.Unlock()
 	s.Fills = c.fills.Load()
+	s.Left, s.Unused = c.left.Load(), c.unused.Load()
 	s.DoubleReleases = c.doubleReleases.Load()
 	for i := range s.Evicted {
 		s.Evicted[i] = c.evicted[i].Load()
 	}
 	return s
+}
+
+// Full reports whether the cache holds at least full (a share, such as
+// 15/16) of its capacity in replies or of its byte bound. Safe from any
+// goroutine.
+func (c *Cache) Full(full float64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return float64(c.replies) >= full*float64(c.capacity) || float64(c.bytes) >= full*float64(c.maxBytes)
+}
+
+// Replies yields (keyHash, readHash) for every cached reply, as Sweep
+// gives them to cold, in the table's order (that of the hashes, so any
+// first n are a random sample). Like Sweep it reads the published entries
+// without the writer lock. Safe from any goroutine.
+func (c *Cache) Replies() iter.Seq2[uint64, uint64] {
+	return func(yield func(uint64, uint64) bool) {
+		t := c.table.Load()
+		for i := range t.slots {
+			e := t.slots[i].Load()
+			if e == nil {
+				continue
+			}
+			if e.get != nil && !yield(e.hash, e.hash) {
+				return
+			}
+			for f := range e.fields {
+				if !yield(e.hash, FieldHash(e.hash, []byte(f))) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// SetRank makes evictions for room take, among the eight oldest keys (and
+// among the probe cells of a new key), the one whose replies' ranks sum
+// lowest: rank(keyHash, readHash) of each reply, as Sweep's cold gets
+// them (detector.Admission.Saved). It is called with the writer lock held
+// and must be safe for concurrent use; nil evicts oldest first, as
+// without SetRank. Safe from any goroutine.
+func (c *Cache) SetRank(rank func(keyHash, readHash uint64) float64) {
+	if rank == nil {
+		c.rank.Store(nil)
+		return
+	}
+	c.rank.Store(&rank)
 }
 
 // Reasons lists every Reason, for exporting Stats.Evicted.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/command"
@@ -408,6 +409,9 @@ func (cv *conversation) finishFill(ri *readInfo, fr *resp.Frame) {
 		return // its GET/HGET reply cannot be kept (readReplied)
 	}
 	cv.pendingFill = nil
+	if !ri.awaitHPTTL {
+		cv.env.adm.NoteFill(time.Duration(cv.env.cache.Now() - ri.sentAt))
+	}
 	if ri.awaitHPTTL {
 		cv.finishFieldFill(ri, fr)
 		return

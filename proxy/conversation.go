@@ -447,8 +447,10 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 // confirmed state allows local answers (behind: with replies of its own
 // outstanding, and then mayFill's rules suffice, and it fills only if
 // every request ahead is a plain read: anything else may change the state
-// the fill is kept under, or hold its reply back). A hot key is filled unless a fill of it is in flight on
-// the loop (one fill per key and loop, whatever the number of connections
+// the fill is kept under, or hold its reply back). A key worth caching
+// (detector.Admission.Worth: read at the floor rate at least, saving
+// Redis at least the admission bar) is filled unless a fill of it is in
+// flight on the loop (one fill per key and loop, whatever the number of connections
 // that read it) or failed lately for what the key holds; with one in
 // flight, the request waits for it, behind its own replies first, and is
 // decided again (once: woken, it does not wait a second time).
@@ -466,7 +468,7 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 			return answerAfterReplies
 		}
 	case fillNone:
-		if cv.env.det.IsHot(k.ReadHash()) && (!behind || cv.readsAhead()) {
+		if cv.env.adm.Worth(k.Hash(), k.ReadHash()) && (!behind || cv.readsAhead()) {
 			return answerFill
 		}
 	}

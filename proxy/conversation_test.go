@@ -68,7 +68,7 @@ func newConvHarness(t *testing.T, addrMap string) *convHarness {
 		}
 		cfg.AddrMap = m
 	}
-	srv, err := New(cfg, cache, det, quietFencer{})
+	srv, err := New(cfg, cache, detector.NewAdmission(det, time.Now()), quietFencer{})
 	if err != nil {
 		t.Fatal(err)
 	}

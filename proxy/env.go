@@ -76,13 +76,14 @@ type Counters interface {
 }
 
 // convEnv is what every conversation shares, set up by New: the cache, the
-// detector, the control plane's fences and settings, the cluster view,
+// detector and the admission, the control plane's fences and settings, the cluster view,
 // the identities, the address map, and the coarse clock. The fields are
 // set before the engine starts and not changed after; what they point to
 // is safe for concurrent use.
 type convEnv struct {
 	cache    *hotcache.Cache
-	det      *detector.Detector
+	det      *detector.Detector // adm.Reads(): the loops count reads in it
+	adm      *detector.Admission
 	fences   Fences
 	settings Settings
 	topo     *cluster.Topology // Topology.Cluster()

@@ -30,6 +30,12 @@ var (
 		"Replies cached now (one per hot GET key or HGET field).", nil, nil)
 	descBytes = prometheus.NewDesc("cicada_cache_bytes",
 		"Bytes the cache holds now (keys, fields, replies and overhead).", nil, nil)
+	descFloor = prometheus.NewDesc("cicada_cache_admission_floor",
+		"Read rate in ops/s below which no key is filled: hot-threshold, or what admission raised it to while most filled keys left the cache unread.", nil, nil)
+	descBar = prometheus.NewDesc("cicada_cache_admission_bar",
+		"Requests per second a key must save Redis to be filled (0 until the cache is 15/16 full).", nil, nil)
+	descUnusedFills = prometheus.NewDesc("cicada_cache_unused_total",
+		"Cached keys that left (written, expired, cold or evicted for room) without serving a hit.", nil, nil)
 	descSuspended = prometheus.NewDesc("cicada_cache_suspended",
 		"1 while the cache answers nothing (notifications down, or a write of unknown keys in flight).", nil, nil)
 	descHolds = prometheus.NewDesc("cicada_cache_holds",
@@ -73,7 +79,7 @@ type collector struct{ srv *Server }
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
-		descEvictions, descReplies, descBytes, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
+		descEvictions, descReplies, descBytes, descFloor, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
 		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
@@ -111,6 +117,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descEvictions, st.Evicted[r], r.String())
 	}
 	gauge(descReplies, float64(st.Replies))
+	gauge(descFloor, float64(srv.adm.Floor()))
+	gauge(descBar, srv.adm.Bar())
+	counter(descUnusedFills, st.Unused)
 	gauge(descBytes, float64(st.Bytes))
 	gauge(descSuspended, b2f(srv.cache.Suspended()))
 	gauge(descHolds, float64(srv.cache.Holds()))

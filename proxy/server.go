@@ -121,8 +121,11 @@ type Server struct {
 	dialFailures   burstLog      // failed dials, logged once per burst
 }
 
-// New returns a server over the shared cache, detector and control plane.
-func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream) (*Server, error) {
+// New returns a server over the shared cache, admission (whose read
+// detector the loops count reads in) and control plane. It makes the
+// cache evict by adm's saving (hotcache.Cache.SetRank).
+func New(cfg Config, cache *hotcache.Cache, adm *detector.Admission, up Upstream) (*Server, error) {
+	det := adm.Reads()
 	switch {
 	case cfg.Loops < 1 || cfg.Loops > det.Loops():
 		return nil, ErrLoops
@@ -146,8 +149,9 @@ func New(cfg Config, cache *hotcache.Cache, det *detector.Detector, up Upstream)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	cache.SetRank(adm.Saved)
 	return &Server{
-		convEnv: convEnv{cache: cache, det: det, fences: up, settings: up, topo: up.Cluster(), ids: newIdentities(),
+		convEnv: convEnv{cache: cache, det: det, adm: adm, fences: up, settings: up, topo: up.Cluster(), ids: newIdentities(),
 			addrMap: cfg.AddrMap},
 		cfg:        cfg,
 		counters:   up,
@@ -214,7 +218,8 @@ func (srv *Server) Run() error {
 // Booted is closed once the listener is up (or Run failed).
 func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 
-// janitor advances the detector every sub-window, sweeps the cache, ends a
+// janitor advances the detectors every sub-window, sweeps the cache and
+// sets the admission bar from it (detector.Admission.Rebar), ends a
 // HOTKEYS session whose DURATION has passed, and has the loops shrink
 // their idle sessions.
 func (srv *Server) janitor(stop <-chan struct{}) {
@@ -228,11 +233,14 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 		case now := <-tick.C:
 			srv.clock.Store(int64(now.Sub(srv.start)))
 			srv.idleRefresh.Store(int64(srv.settings.IdleTimeout() / 2))
-			srv.det.Advance(now)
+			srv.adm.Advance(now)
 			srv.hk.Tick() // DURATION's auto-stop, as Redis's cron does
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
-				srv.cache.Sweep(srv.det.IsCold)
+				srv.cache.Sweep(srv.adm.Cold)
+				st := srv.cache.Stats()
+				srv.adm.Adapt(st.Left, st.Unused)
+				srv.adm.Rebar(srv.cache.Full(detector.FullAt), srv.cache.Replies())
 			}
 			if now.Sub(lastShrink) >= shrinkEvery {
 				lastShrink = now

@@ -113,6 +113,13 @@ type Config struct {
 	// the cache is flushed) when CONFIG SET or an ACL change ran on Redis
 	// from any client: who may read what may have changed.
 	AuthChanged func()
+	// Invalidated, if set, is called with the hash (hotcache.Hash) of the
+	// key each keyspace notification names, after the cache has evicted
+	// it: one call per write, expiry or eviction Redis reports
+	// (detector.Admission.ObserveWrite counts them). Called on the
+	// goroutine reading the subscription, one call at a time; it must not
+	// block.
+	Invalidated func(keyHash uint64)
 }
 
 // Subscriber is the notification consumer. Create with New, start with Run.

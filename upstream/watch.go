@@ -178,6 +178,9 @@ func (w *watchedConn) apply(p []byte, n int) (kept int) {
 			w.sub.events.Add(1)
 			k := hotcache.KeyOf(db, key)
 			w.sub.cache.Invalidate(&k, hotcache.ReasonNotification)
+			if f := w.sub.cfg.Invalidated; f != nil {
+				f(k.Hash())
+			}
 		case isFlush:
 			w.sub.flushes.Add(1)
 			w.sub.cache.Flush()

@@ -47,10 +47,10 @@ func TestDefaults(t *testing.T) {
 		Upstream:               "127.0.0.1:6379",
 		Admin:                  ":9121",
 		LocalAdmin:             "127.0.0.1:9122",
-		HotThreshold:           1000,
+		HotThreshold:           2,
 		Loops:                  defaultLoops(),
 		CacheMaxValue:          65536,
-		CacheCapacity:          10000,
+		CacheCapacity:          100000,
 		CacheMaxBytes:          64 << 20,
 		CacheEnabled:           true,
 		CacheDeny:              []string{},
@@ -146,7 +146,7 @@ log-level: debug
 		{"flag over defaults", []string{"--listen", ":1", "--hot-threshold", "7", "--log-level", "warn"}, nil,
 			[]any{":1", uint32(7), 65536, 2 * time.Second, true, "warn"}},
 		{"env over defaults", nil, []string{"CICADA_LISTEN=:2", "CICADA_LOG_LEVEL=error"},
-			[]any{":2", uint32(1000), 65536, 2 * time.Second, true, "error"}},
+			[]any{":2", uint32(2), 65536, 2 * time.Second, true, "error"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,7 +188,7 @@ func TestEnvIgnored(t *testing.T) {
 		"HOT_THRESHOLD=5", "cicada_hot_threshold=5", "CICADA_LOOPS=", "CICADA_LISTEN",
 	}
 	c := mustLoad(t, nil, env)
-	if c.HotThreshold != 1000 || c.Loops != defaultLoops() || c.Listen != ":6380" {
+	if c.HotThreshold != 2 || c.Loops != defaultLoops() || c.Listen != ":6380" {
 		t.Errorf("got hot-threshold %d loops %d listen %q, want defaults", c.HotThreshold, c.Loops, c.Listen)
 	}
 }

@@ -152,6 +152,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 	if err != nil {
 		return err
 	}
+	adm := detector.NewAdmission(det, time.Now())
 	settings := mkLive(cfg, cache, det, log)
 	if !cache.Enabled() {
 		log.Info("cache disabled (cache-enabled false or cache-max-value 0): every request is forwarded")
@@ -163,6 +164,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 	var srv *proxy.Server
 	sub := upstream.New(upstream.Config{
 		AuthChanged:      func() { srv.AuthRulesChanged() },
+		Invalidated:      adm.ObserveWrite,
 		Addr:             cfg.Upstream,
 		Username:         cfg.UpstreamUser,
 		Password:         cfg.UpstreamPassword,
@@ -183,7 +185,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		Logger:           log.Named("proxy"),
 		ACLUser:          sub.ACLUser,
 		AddrMap:          addrMap,
-	}, cache, det, sub)
+	}, cache, adm, sub)
 	if err != nil {
 		return err
 	}

@@ -81,12 +81,13 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	if err != nil {
 		t.Fatalf("detector.New: %v", err)
 	}
+	adm := detector.NewAdmission(det, time.Now())
 	var srv *proxy.Server
-	sub := upstream.New(upstream.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Addr: redisAddr, Username: o.Username, Password: o.Password,
+	sub := upstream.New(upstream.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Invalidated: adm.ObserveWrite, Addr: redisAddr, Username: o.Username, Password: o.Password,
 		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("upstream")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: redisAddr, Loops: o.Loops, DialTimeout: time.Second,
-		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, det, sub)
+		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, adm, sub)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}

@@ -77,7 +77,7 @@ func prefillSkew(bin string) func(addr string) error {
 func goScenarios(c scenarioConfig) []scenario {
 	return []scenario{{
 		Name:         "4 skew 90/10 c200",
-		HotThreshold: 1000, // the default: only the head of the Zipf curve is hot
+		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
 		// Redis cannot use the second core; Cicada with two loops can.
@@ -86,7 +86,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		Targets: []string{targetRedis, targetCicada2, targetTwem, targetBare},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
-		HotThreshold: 1000,
+		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
 			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
@@ -95,7 +95,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		// Application fleets hold thousands of connections; Redis's cost
 		// per connection (reads, writes, client buffers) shows here.
 		Name:         "6 skew 90/10 c2000",
-		HotThreshold: 1000,
+		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "2000"}},
 		Targets:      []string{targetRedis, targetCicada2, targetTwem},

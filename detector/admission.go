@@ -1,0 +1,244 @@
+package detector
+
+import (
+	"iter"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Admission decides which keys are worth caching: those whose caching is
+// expected to save Redis the most requests, within the cache's limits.
+//
+// # Measure
+//
+// For a reply whose reads the read [Detector] counts at r ops/s, of a key
+// whose invalidations (writes, expiry, eviction: its keyspace
+// notifications) the write Detector counts at w ops/s, with fills taking
+// t seconds from send to reply, caching saves Redis about
+//
+//	saved = r × e^(−w·t) − w      requests per second
+//
+// Each invalidation costs a refill: the next read is forwarded anyway,
+// with a PTTL behind it (one request more than without a cache, the −w);
+// a fill is kept only if no invalidation lands during its round trip,
+// which for invalidations spread at random (Poisson) happens with
+// probability e^(−w·t), and only then do the reads after it hit. A key
+// written faster than a fill's round trip saves nothing, however often it
+// is read (bench scenario 6: keys read 5,000 times a second, written 550
+// times, behind 40-ms round trips). The rates are the detectors' sliding
+// 1-s windows, t an average of recent fills (NoteFill).
+//
+// # Admission and eviction
+//
+// The admission filter follows TinyLFU (G. Einziger, R. Friedman and
+// B. Manes, "TinyLFU: A Highly Efficient Cache Admission Policy", ACM
+// Transactions on Storage 13(4), 2017): a frequency sketch (here the
+// detector's Count-Min Sketches, which age by their sliding window instead
+// of TinyLFU's halving) decides whether a newcomer is worth more than
+// what it would evict, so that a cache full of keys that save much is not
+// churned by keys read once. Instead of comparing each newcomer with one
+// victim, which would need the victim before the fill is sent, the filter
+// compares it with a bar: while the cache is below 15/16 of its limits the
+// bar is 0 (any key read at the floor rate is filled); once it is fuller,
+// [Admission.Rebar] sets the bar to the saving of the cached reply at the
+// 1/16 quantile, so a newcomer must beat the weakest sixteenth of the
+// cache. The cache evicts by the same measure (hotcache.Cache.SetRank):
+// the least saving of its eight oldest keys, and while it is full the
+// sweep drops replies saving less than half the bar.
+//
+// The floor is the read detector's threshold (--hot-threshold): a key read
+// more slowly is never filled, whatever the bar, so a user can keep the
+// cache to truly hot keys. [Admission.Adapt] raises it while most keys
+// filled leave the cache without a hit (traffic spread over more keys
+// than the cache holds, where every key looks read at the floor rate)
+// and lowers it back when they pay. Memory is the two detectors' sketches, bounded
+// whatever the number of keys.
+//
+// # Concurrency
+//
+// ObserveWrite is called by one goroutine at a time (the notification
+// watcher's); Advance and Rebar by the janitor; the rest from any
+// goroutine, lock-free. The event loops count reads in the read Detector
+// themselves ([Detector.Observe]).
+type Admission struct {
+	reads  *Detector
+	writes *Detector
+	raised atomic.Uint32 // the floor Adapt raised to, ops/s; 0 or at most the threshold: none
+	// Adapt's: the totals it last saw.
+	left, unused uint64
+	bar          atomic.Uint64 // math.Float64bits of the bar, saved requests per second
+	full         atomic.Bool   // the cache was full at the last Rebar
+	rtt          atomic.Int64  // ns: moving average of fill round trips
+	sample       []float64     // Rebar's scratch; the janitor's
+}
+
+// FullAt is the share of a cache limit (replies or bytes) above which the
+// cache counts as full for [Admission.Rebar]: 15/16.
+const FullAt = 15.0 / 16
+
+// barQuantile is where in the cache's savings the bar sits once it is full.
+const barQuantile = 1.0 / 16
+
+// barSample bounds how many cached replies Rebar reads.
+const barSample = 4096
+
+// NewAdmission returns an Admission over reads, the detector the event
+// loops count reads in (its threshold is the floor), with its own write
+// detector, counted by one goroutine, whose window starts at now. The
+// write detector is a quarter of reads' width (at least 1): invalidations
+// are a fraction of reads, and (88 + 96) × width/4 bytes, 1.4 MiB at the
+// default width, is what it costs. The bar starts at 0.
+func NewAdmission(reads *Detector, now time.Time) *Admission {
+	w, err := New(Config{Threshold: 1, Loops: 1, Width: max(reads.width/4, 1)}, now)
+	if err != nil {
+		panic(err) // reads' width was accepted by New already
+	}
+	return &Admission{reads: reads, writes: w}
+}
+
+// Reads is the read detector NewAdmission was given.
+func (a *Admission) Reads() *Detector { return a.reads }
+
+// ObserveWrite counts one invalidation of the key whose hash (of db and
+// name, hotcache.Hash) is h: a keyspace notification. One goroutine at a
+// time (the notification watcher's).
+func (a *Admission) ObserveWrite(h uint64) { a.writes.Observe(0, h) }
+
+// Advance moves both detectors' windows to now: [Detector.Advance] of the
+// read detector, then of the write detector. One goroutine (the
+// janitor's), at least every 100 ms.
+func (a *Admission) Advance(now time.Time) {
+	a.reads.Advance(now)
+	a.writes.Advance(now)
+}
+
+// NoteFill records that a fill's two replies took rtt from send to the
+// last reply. Any goroutine: the average is updated without a lock, and
+// an update lost to a concurrent one does not matter to an average.
+func (a *Admission) NoteFill(rtt time.Duration) {
+	old := a.rtt.Load()
+	if old == 0 {
+		a.rtt.Store(int64(rtt))
+		return
+	}
+	a.rtt.Store(old + (int64(rtt)-old)/16)
+}
+
+// FillRTT is the moving average of fill round trips (0 before the first).
+func (a *Admission) FillRTT() time.Duration { return time.Duration(a.rtt.Load()) }
+
+// Saved is what caching the reply of the key hashed keyHash
+// (hotcache.Hash) whose reads are counted under readHash (Key.ReadHash) is
+// expected to save Redis, in requests per
+// second (the package's measure; negative when it costs more than it
+// saves). Lock-free.
+func (a *Admission) Saved(keyHash, readHash uint64) float64 {
+	return a.saved(float64(a.reads.Estimate(readHash)), keyHash)
+}
+
+func (a *Admission) saved(r float64, keyHash uint64) float64 {
+	w := float64(a.writes.Estimate(keyHash))
+	if w == 0 {
+		return r
+	}
+	t := time.Duration(a.rtt.Load()).Seconds()
+	return r*math.Exp(-w*t) - w
+}
+
+// Floor is the read rate in ops/s below which no key is filled: the read
+// detector's threshold (--hot-threshold), or what Adapt raised it to.
+func (a *Admission) Floor() uint32 { return max(a.reads.Threshold(), a.raised.Load()) }
+
+// adaptMin is how many keys must have left the cache since the last
+// change before Adapt judges the floor.
+const adaptMin = 64
+
+// maxRaise bounds Adapt's floor: 2^20 ops/s.
+const maxRaise = 1 << 20
+
+// Adapt judges the floor by what the fills it let in did, from the
+// cache's totals (hotcache.Stats.Left and Unused: keys that left the
+// cache since start, and those that served no hit). A key filled and
+// gone without a hit cost Redis a PTTL for nothing; the sketches cannot
+// tell a key read once from one read twice when the traffic is wide
+// (their overestimate grows with it), so the floor follows what happened
+// instead: when more than half of at least 64 keys that left since the
+// last change served no hit, the floor doubles; when fewer than one in
+// eight, it halves, down to the threshold. The janitor's, after each
+// sweep.
+func (a *Admission) Adapt(left, unused uint64) {
+	dl, du := left-a.left, unused-a.unused
+	if dl < adaptMin {
+		return
+	}
+	a.left, a.unused = left, unused
+	floor := a.Floor()
+	switch {
+	case 2*du > dl && floor < maxRaise:
+		a.raised.Store(2 * floor)
+	case 8*du < dl && floor > a.reads.Threshold():
+		a.raised.Store(floor / 2)
+	}
+}
+
+// Worth reports whether a miss of the reply should fill it: its reads
+// reach the floor and its saving is positive and at least the bar.
+// Lock-free; on the request path (a miss with no fill of the key in
+// flight).
+func (a *Admission) Worth(keyHash, readHash uint64) bool {
+	r := a.reads.Estimate(readHash)
+	if r < a.Floor() {
+		return false
+	}
+	s := a.saved(float64(r), keyHash)
+	return s > 0 && s >= a.Bar()
+}
+
+// Cold reports whether a cached reply should be dropped: only while the
+// cache is full (the last Rebar said so: a cache with room keeps what it
+// filled until it is written, expires or is evicted for room, since a key
+// read every few seconds still saves a request per read), when it is read
+// at less than half the floor, or saves less than half the bar, or
+// nothing. Lock-free (the cache's sweep).
+func (a *Admission) Cold(keyHash, readHash uint64) bool {
+	if !a.full.Load() {
+		return false
+	}
+	r := a.reads.Estimate(readHash)
+	if 2*uint64(r) < uint64(a.Floor()) {
+		return true
+	}
+	s := a.saved(float64(r), keyHash)
+	return s <= 0 || 2*s < a.Bar()
+}
+
+// Bar is the saving (requests per second) a newcomer needs to be filled.
+func (a *Admission) Bar() float64 { return math.Float64frombits(a.bar.Load()) }
+
+// Rebar sets the bar from the cache: 0 when it is not full, else the
+// saving of the cached reply at the 1/16 quantile of at most 4,096 of
+// replies, each given by its (keyHash, readHash). The janitor's, after
+// the sweep.
+func (a *Admission) Rebar(full bool, replies iter.Seq2[uint64, uint64]) {
+	a.full.Store(full)
+	if !full {
+		a.bar.Store(0)
+		return
+	}
+	s := a.sample[:0]
+	for keyHash, readHash := range replies {
+		s = append(s, a.Saved(keyHash, readHash))
+		if len(s) == barSample {
+			break
+		}
+	}
+	a.sample = s
+	if len(s) == 0 {
+		a.bar.Store(0)
+		return
+	}
+	slices.Sort(s)
+	a.bar.Store(math.Float64bits(max(s[int(float64(len(s))*barQuantile)], 0)))
+}

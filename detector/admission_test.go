@@ -1,0 +1,146 @@
+package detector
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// TestAdmissionSaved: a key never written saves its reads; writes cost a
+// refill each and make a fill survive its round trip with probability
+// e^(−w·t); the floor and the bar gate Worth, half of each Cold (only
+// when the cache is full).
+func TestAdmissionSaved(t *testing.T) {
+	d := mustNew(t, Config{Threshold: 10, Loops: 1})
+	a := NewAdmission(d, t0)
+	read, written := hashOf("read"), hashOf("written")
+	for range 100 {
+		d.Observe(0, read)
+		d.Observe(0, written)
+	}
+	for range 5 {
+		a.ObserveWrite(written)
+	}
+	if s := a.Saved(read, read); s != 100 {
+		t.Errorf("never written, read 100/s: saved %v, want 100", s)
+	}
+	if s := a.Saved(written, written); s != 95 {
+		t.Errorf("read 100/s, written 5/s, no fill measured yet: saved %v, want 100 - 5", s)
+	}
+	a.NoteFill(100 * time.Millisecond)
+	want := 100*math.Exp(-5*0.1) - 5
+	if s := a.Saved(written, written); math.Abs(s-want) > 1e-9 {
+		t.Errorf("with fills of 100 ms: saved %v, want 100·e^(−0.5) − 5 = %v", s, want)
+	}
+	a.NoteFill(200 * time.Millisecond) // the average moves a sixteenth of the way
+	if got := a.FillRTT(); got != 100*time.Millisecond+100*time.Millisecond/16 {
+		t.Errorf("FillRTT %v, want 106.25ms", got)
+	}
+	for range 200 {
+		a.ObserveWrite(written) // 205 writes/s: saves nothing
+	}
+	if a.Cold(written, written) {
+		t.Error("cache not full: a key saving nothing is cold, want kept until written or evicted for room")
+	}
+	a.Rebar(true, func(func(uint64, uint64) bool) {}) // full, bar 0
+	if a.Worth(written, written) || !a.Cold(written, written) {
+		t.Errorf("written faster than read: Worth %v Cold %v, want false true", a.Worth(written, written), a.Cold(written, written))
+	}
+	if !a.Worth(read, read) || a.Cold(read, read) {
+		t.Errorf("read 100/s: Worth %v Cold %v, want true false", a.Worth(read, read), a.Cold(read, read))
+	}
+	d.SetThreshold(101)
+	if a.Worth(read, read) || a.Cold(read, read) {
+		t.Errorf("floor 101: Worth %v Cold %v, want false (below the floor) false (above half of it)", a.Worth(read, read), a.Cold(read, read))
+	}
+	d.SetThreshold(201)
+	if !a.Cold(read, read) {
+		t.Error("floor 201, read 100/s: not cold")
+	}
+	d.SetThreshold(1)
+	if a.Advance(t0.Add(2 * time.Second)); a.Saved(written, written) != 0 {
+		t.Errorf("after the window: saved %v, want 0", a.Saved(written, written))
+	}
+}
+
+// TestAdmissionRebar: the bar is 0 below full and the 1/16 quantile of the
+// cached replies' savings above; Worth needs it, Cold half of it.
+func TestAdmissionRebar(t *testing.T) {
+	d := mustNew(t, Config{Threshold: 1, Loops: 1})
+	a := NewAdmission(d, t0)
+	var cached []uint64
+	for i := range 32 {
+		h := hashOf("cached" + string(rune('a'+i)))
+		for range 10 + i { // savings 10..41
+			d.Observe(0, h)
+		}
+		cached = append(cached, h)
+	}
+	replies := func(yield func(uint64, uint64) bool) {
+		for _, h := range cached {
+			if !yield(h, h) {
+				return
+			}
+		}
+	}
+	a.Rebar(false, replies)
+	if a.Bar() != 0 {
+		t.Errorf("not full: bar %v, want 0", a.Bar())
+	}
+	a.Rebar(true, replies)
+	if a.Bar() != 12 { // the sorted savings' element 32/16 = 2
+		t.Errorf("full: bar %v, want 12", a.Bar())
+	}
+	weak, fair := hashOf("weak"), hashOf("fair")
+	for range 11 {
+		d.Observe(0, weak)
+	}
+	for range 12 {
+		d.Observe(0, fair)
+	}
+	if a.Worth(weak, weak) || !a.Worth(fair, fair) {
+		t.Errorf("bar 12: Worth(11/s) %v, Worth(12/s) %v; want false, true", a.Worth(weak, weak), a.Worth(fair, fair))
+	}
+	if a.Cold(weak, weak) {
+		t.Error("bar 12: 11/s is cold, want kept (cold below 6)")
+	}
+}
+
+// TestAdmissionAdapt: the floor doubles while most keys that left served
+// no hit, halves back to the threshold when few did, and waits for 64.
+func TestAdmissionAdapt(t *testing.T) {
+	d := mustNew(t, Config{Threshold: 2, Loops: 1})
+	a := NewAdmission(d, t0)
+	steps := []struct {
+		left, unused uint64
+		floor        uint32
+	}{
+		{63, 63, 2},   // fewer than 64 left: no judgement
+		{100, 60, 4},  // 60 of 100 unused: doubled
+		{200, 120, 8}, // 60 of 100 again
+		{263, 182, 8}, // 63 left since: wait
+		{300, 200, 16},
+		{400, 205, 8}, // 5 of 100: halved
+		{500, 210, 4},
+		{600, 215, 2}, // down to the threshold
+		{700, 220, 2}, // not below it
+		{800, 270, 2}, // 50 of 100: kept
+	}
+	for i, s := range steps {
+		a.Adapt(s.left, s.unused)
+		if got := a.Floor(); got != s.floor {
+			t.Fatalf("step %d (left %d unused %d): floor %d, want %d", i, s.left, s.unused, got, s.floor)
+		}
+	}
+	h := hashOf("k")
+	for range 3 {
+		d.Observe(0, h)
+	}
+	if !a.Worth(h, h) {
+		t.Error("read 3/s at floor 2: not worth")
+	}
+	d.SetThreshold(4)
+	if a.Floor() != 4 || a.Worth(h, h) {
+		t.Errorf("threshold raised to 4: floor %d, Worth %v; want 4, false", a.Floor(), a.Worth(h, h))
+	}
+}
