@@ -66,8 +66,10 @@ type Admission struct {
 	reads  *Detector
 	writes *Detector
 	raised atomic.Uint32 // the floor Adapt raised to, ops/s; 0 or at most the threshold: none
-	// Adapt's: the totals it last saw.
+	// Adapt's: the totals it last judged from, and the calls since that
+	// could not judge.
 	left, unused uint64
+	quiet        int
 	bar          atomic.Uint64 // math.Float64bits of the bar, saved requests per second
 	full         atomic.Bool   // the cache was full at the last Rebar
 	rtt          atomic.Int64  // ns: moving average of fill round trips
@@ -155,26 +157,39 @@ func (a *Admission) Floor() uint32 { return max(a.reads.Threshold(), a.raised.Lo
 // change before Adapt judges the floor.
 const adaptMin = 64
 
+// adaptQuiet is the call without a judgement, counted in a row, from
+// which each one halves a raised floor.
+const adaptQuiet = 4
+
 // maxRaise bounds Adapt's floor: 2^20 ops/s.
 const maxRaise = 1 << 20
 
 // Adapt judges the floor by what the fills it let in did, from the
-// cache's totals (hotcache.Stats.Left and Unused: keys that left the
-// cache since start, and those that served no hit). A key filled and
-// gone without a hit cost Redis a PTTL for nothing; the sketches cannot
+// cache's totals (hotcache.Stats.Left and Unused: keys evicted for room
+// or as cold since start, and those of them that served no hit; a write's
+// eviction is the saving's business, not the floor's). A key filled and
+// evicted without a hit cost Redis a PTTL for nothing; the sketches cannot
 // tell a key read once from one read twice when the traffic is wide
 // (their overestimate grows with it), so the floor follows what happened
 // instead: when more than half of at least 64 keys that left since the
 // last change served no hit, the floor doubles; when fewer than one in
-// eight, it halves, down to the threshold. The janitor's, after each
-// sweep.
+// eight, it halves, down to the threshold. A raised floor also halves at
+// each call from the fourth in a row with fewer than 64 keys gone, so
+// that it comes down once the traffic that raised it has stopped (a floor
+// too high fills nothing, and with nothing filled no key can leave): from
+// the most, 2^20, to 2 in about 6 s. The janitor's, after each sweep
+// (every 250 ms).
 func (a *Admission) Adapt(left, unused uint64) {
 	dl, du := left-a.left, unused-a.unused
+	floor := a.Floor()
 	if dl < adaptMin {
+		if a.quiet++; a.quiet >= adaptQuiet && floor > a.reads.Threshold() {
+			a.raised.Store(floor / 2)
+		}
 		return
 	}
+	a.quiet = 0
 	a.left, a.unused = left, unused
-	floor := a.Floor()
 	switch {
 	case 2*du > dl && floor < maxRaise:
 		a.raised.Store(2 * floor)

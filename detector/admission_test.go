@@ -107,7 +107,8 @@ func TestAdmissionRebar(t *testing.T) {
 }
 
 // TestAdmissionAdapt: the floor doubles while most keys that left served
-// no hit, halves back to the threshold when few did, and waits for 64.
+// no hit, halves back to the threshold when few did or when four calls in
+// a row saw fewer than 64 keys leave, and otherwise waits for 64.
 func TestAdmissionAdapt(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 2, Loops: 1})
 	a := NewAdmission(d, t0)
@@ -125,6 +126,19 @@ func TestAdmissionAdapt(t *testing.T) {
 		{600, 215, 2}, // down to the threshold
 		{700, 220, 2}, // not below it
 		{800, 270, 2}, // 50 of 100: kept
+		{900, 370, 4}, // raised again, then quiet:
+		{910, 370, 4},
+		{920, 370, 4},
+		{930, 370, 4},
+		{940, 370, 2}, // the fourth quiet call halves it
+		{950, 370, 2},
+		{1050, 470, 4}, // raised twice, then quiet:
+		{1150, 570, 8},
+		{1160, 570, 8},
+		{1170, 570, 8},
+		{1180, 570, 8},
+		{1190, 570, 4}, // each quiet call from the fourth halves it
+		{1200, 570, 2},
 	}
 	for i, s := range steps {
 		a.Adapt(s.left, s.unused)

@@ -173,7 +173,7 @@ type Cache struct {
 
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
-	left    atomic.Uint64 // keys that left for a write, TTL, coldness or room
+	left    atomic.Uint64 // keys evicted for room or as cold
 	unused  atomic.Uint64 // of those, keys that served no hit
 
 	mu       sync.Mutex // guards the following

@@ -148,7 +148,7 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	c.slotLocked(r.slot).CompareAndSwap(r.e, nil)
 	c.evicted[why].Add(uint64(r.replies))
 	switch why {
-	case ReasonWrite, ReasonNotification, ReasonExpired, ReasonCold, ReasonCapacity: // not a flush, a setting or the cluster
+	case ReasonCold, ReasonCapacity: // what admission let in and nothing took out earlier
 		c.left.Add(1)
 		if !r.e.used.Load() {
 			c.unused.Add(1)
@@ -258,10 +258,10 @@ type Stats struct {
 	Replies int    // cached replies now
 	Bytes   int64  // accounted bytes now
 	Fills   uint64 // replies stored since start
-	// Left counts keys that left the cache for a write, a notification,
-	// their TTL, coldness or room (not a flush, a setting or the cluster)
-	// since start; Unused those of them that served no hit: filled for
-	// nothing (detector.Admission.Adapt).
+	// Left counts keys evicted since start for room or as cold (not for
+	// a write, a notification, a TTL, a flush, a setting or the cluster:
+	// those end a key whatever admission did); Unused those of them that
+	// served no hit, filled for nothing (detector.Admission.Adapt).
 	Left, Unused uint64
 	Evicted      [numReasons]uint64 // replies evicted since start, by Reason
 	// DoubleReleases counts Hold.Release calls after a Hold's first: each

@@ -35,7 +35,7 @@ var (
 	descBar = prometheus.NewDesc("cicada_cache_admission_bar",
 		"Requests per second a key must save Redis to be filled (0 until the cache is 15/16 full).", nil, nil)
 	descUnusedFills = prometheus.NewDesc("cicada_cache_unused_total",
-		"Cached keys that left (written, expired, cold or evicted for room) without serving a hit.", nil, nil)
+		"Cached keys evicted for room or as cold without having served a hit.", nil, nil)
 	descSuspended = prometheus.NewDesc("cicada_cache_suspended",
 		"1 while the cache answers nothing (notifications down, or a write of unknown keys in flight).", nil, nil)
 	descHolds = prometheus.NewDesc("cicada_cache_holds",
