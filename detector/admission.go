@@ -59,17 +59,21 @@ import (
 // # Concurrency
 //
 // ObserveWrite is called by one goroutine at a time (the notification
-// watcher's); Advance and Rebar by the janitor; the rest from any
+// watcher's); Advance, Adapt and Rebar by the janitor, which owns the
+// fields they keep without atomics; the rest from any
 // goroutine, lock-free. The event loops count reads in the read Detector
 // themselves ([Detector.Observe]).
 type Admission struct {
 	reads  *Detector
 	writes *Detector
 	raised atomic.Uint32 // the floor Adapt raised to, ops/s; 0 or at most the threshold: none
-	// Adapt's: the totals it last judged from, and the calls since that
-	// could not judge.
+	// Adapt's: the totals it last judged from, the calls since that
+	// could not judge, how many such calls start halving a raised floor,
+	// and whether its last move was such a halving.
 	left, unused uint64
 	quiet        int
+	patience     int
+	eased        bool
 	bar          atomic.Uint64 // math.Float64bits of the bar, saved requests per second
 	full         atomic.Bool   // the cache was full at the last Rebar
 	rtt          atomic.Int64  // ns: moving average of fill round trips
@@ -157,9 +161,13 @@ func (a *Admission) Floor() uint32 { return max(a.reads.Threshold(), a.raised.Lo
 // change before Adapt judges the floor.
 const adaptMin = 64
 
-// adaptQuiet is the call without a judgement, counted in a row, from
-// which each one halves a raised floor.
-const adaptQuiet = 4
+// adaptQuiet and maxPatience bound the calls without a judgement, in a
+// row, after which a raised floor halves: 4 at first, twice as many each
+// time the floor had to be raised again right after (up to 64, 16 s).
+const (
+	adaptQuiet  = 4
+	maxPatience = 64
+)
 
 // maxRaise bounds Adapt's floor: 2^20 ops/s.
 const maxRaise = 1 << 20
@@ -173,18 +181,24 @@ const maxRaise = 1 << 20
 // (their overestimate grows with it), so the floor follows what happened
 // instead: when more than half of at least 64 keys that left since the
 // last change served no hit, the floor doubles; when fewer than one in
-// eight, it halves, down to the threshold. A raised floor also halves at
-// each call from the fourth in a row with fewer than 64 keys gone, so
-// that it comes down once the traffic that raised it has stopped (a floor
-// too high fills nothing, and with nothing filled no key can leave): from
-// the most, 2^20, to 2 in about 6 s. The janitor's, after each sweep
-// (every 250 ms).
+// eight, it halves, down to the threshold. A raised floor also halves
+// after four calls in a row with fewer than 64 keys gone, at most half of
+// them unused, and again after four more, so that it comes down once the
+// traffic that raised it has stopped (a floor too high fills nothing, and with nothing filled no key
+// can leave): from 16 to 1 in 4 s. If a halving lets the same traffic
+// back in (the next judgement raises the floor again), the wait doubles,
+// up to 64 calls (16 s), and a good judgement sets it back to 4. The
+// janitor's, after each sweep (every 250 ms).
 func (a *Admission) Adapt(left, unused uint64) {
+	if a.patience == 0 {
+		a.patience = adaptQuiet
+	}
 	dl, du := left-a.left, unused-a.unused
 	floor := a.Floor()
 	if dl < adaptMin {
-		if a.quiet++; a.quiet >= adaptQuiet && floor > a.reads.Threshold() {
+		if a.quiet++; a.quiet >= a.patience && floor > a.reads.Threshold() && 2*du <= dl {
 			a.raised.Store(floor / 2)
+			a.eased, a.quiet = true, 0
 		}
 		return
 	}
@@ -193,9 +207,16 @@ func (a *Admission) Adapt(left, unused uint64) {
 	switch {
 	case 2*du > dl && floor < maxRaise:
 		a.raised.Store(2 * floor)
-	case 8*du < dl && floor > a.reads.Threshold():
-		a.raised.Store(floor / 2)
+		if a.eased {
+			a.patience = min(2*a.patience, maxPatience)
+		}
+	case 8*du < dl:
+		a.patience = adaptQuiet
+		if floor > a.reads.Threshold() {
+			a.raised.Store(floor / 2)
+		}
 	}
+	a.eased = false
 }
 
 // Worth reports whether a miss of the reply should fill it: its reads

@@ -107,8 +107,10 @@ func TestAdmissionRebar(t *testing.T) {
 }
 
 // TestAdmissionAdapt: the floor doubles while most keys that left served
-// no hit, halves back to the threshold when few did or when four calls in
-// a row saw fewer than 64 keys leave, and otherwise waits for 64.
+// no hit, halves back to the threshold when few did or after calls in a
+// row that saw fewer than 64 keys leave (4, then twice as many each time
+// the floor had to be raised again right after), and otherwise waits for
+// 64.
 func TestAdmissionAdapt(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 2, Loops: 1})
 	a := NewAdmission(d, t0)
@@ -132,13 +134,30 @@ func TestAdmissionAdapt(t *testing.T) {
 		{930, 370, 4},
 		{940, 370, 2}, // the fourth quiet call halves it
 		{950, 370, 2},
-		{1050, 470, 4}, // raised twice, then quiet:
+		{1050, 470, 4}, // raised right after easing: now 8 quiet calls to wait
 		{1150, 570, 8},
-		{1160, 570, 8},
-		{1170, 570, 8},
-		{1180, 570, 8},
-		{1190, 570, 4}, // each quiet call from the fourth halves it
-		{1200, 570, 2},
+		{1151, 570, 8},
+		{1152, 570, 8},
+		{1153, 570, 8},
+		{1154, 570, 8},
+		{1155, 570, 8},
+		{1156, 570, 8},
+		{1157, 570, 8},
+		{1158, 570, 4}, // the eighth quiet call halves it
+		{1159, 570, 4}, // and the count starts again
+		{1300, 575, 2}, // 5 of 150 unused: halved, and the wait is 4 again
+		{1400, 675, 4},
+		{1401, 675, 4},
+		{1402, 675, 4},
+		{1403, 675, 4},
+		{1404, 675, 2},
+		{1504, 775, 4}, // raised; then a trickle of unused keys, under 64:
+		{1510, 781, 4},
+		{1520, 791, 4},
+		{1530, 801, 4},
+		{1540, 811, 4}, // not eased: 36 of 36 left unused
+		{1541, 811, 4},
+		{2000, 815, 2}, // 40 of 496 unused: halved
 	}
 	for i, s := range steps {
 		a.Adapt(s.left, s.unused)

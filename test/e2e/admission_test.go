@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cicada-proxy/cicada/test/cicadatest"
+	"github.com/cicada-proxy/cicada/test/redistest"
+)
+
+// TestAdmissionWritesAgainstReads: a key written as often as it is read
+// saves Redis nothing (each write costs a refill, and the read after it is
+// forwarded anyway), so after its first writes are counted it is not
+// filled any more: Redis gets no PTTL for it. A key only read is filled
+// once and then served from the cache.
+func TestAdmissionWritesAgainstReads(t *testing.T) {
+	ctx := context.Background()
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{HotThreshold: 2, Loops: 1})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, PoolSize: 1})
+	defer c.Close()
+	const n = 1000
+	pttls := commandCalls(t, r.Addr, "pttl")
+	for i := range n {
+		if err := c.Set(ctx, "churn", i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Get(ctx, "churn").Int(); err != nil || got != i {
+			t.Fatalf("GET churn after SET %d: %v %v", i, got, err)
+		}
+	}
+	// A read fills only while the key's count of writes lags behind its
+	// reads: its notifications are counted as the subscriber reads them,
+	// after the SET's reply (14 fills in a run on an idle machine, 139
+	// under the race detector with other suites running).
+	if filled := commandCalls(t, r.Addr, "pttl") - pttls; filled > n/4 {
+		t.Errorf("a key written before each read: %d fills (PTTLs) in %d reads, want at most a quarter", filled, n)
+	}
+
+	if err := c.Set(ctx, "steady", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hits := p.Server.Hits()
+	for range n {
+		if got, err := c.Get(ctx, "steady").Result(); err != nil || got != "v" {
+			t.Fatalf("GET steady: %q %v", got, err)
+		}
+	}
+	if served := p.Server.Hits() - hits; served < n-5 {
+		t.Errorf("a key only read: %d of %d GETs served from the cache, want all but the first few", served, n)
+	}
+}
+
+// TestAdmissionFloorAdapts: at a floor of 1 every read key is filled; when
+// keys are read once each, more than the cache holds, most are evicted
+// for room without a hit, so the floor doubles until such keys are no
+// longer filled (but for a sweep's worth each time it eases back, after 1,
+// 2, 4... s); once the traffic stops the floor comes back down to the
+// threshold, and a key read again is filled.
+func TestAdmissionFloorAdapts(t *testing.T) {
+	ctx := context.Background()
+	r := redistest.Start(t)
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{HotThreshold: 1, Loops: 1, Capacity: 100})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true, PoolSize: 1})
+	defer c.Close()
+	const keys, batch = 20000, 100
+	fillsAt := func() float64 { return metric(t, p, "cicada_cache_fill_attempts_total", "") }
+	var first, second float64
+	for i := 0; i < keys; i += batch {
+		if i == keys/2 {
+			first = fillsAt()
+		}
+		pipe := c.Pipeline()
+		for k := i; k < i+batch; k++ {
+			pipe.Get(ctx, fmt.Sprint("once:", k))
+		}
+		if _, err := pipe.Exec(ctx); err != redis.Nil && err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // 4 s in all: 16 sweeps (250 ms) judge the floor
+	}
+	second = fillsAt() - first
+	t.Logf("keys read once: %.0f fills in the first half, %.0f in the second; floor %.0f", first, second, metric(t, p, "cicada_cache_admission_floor", ""))
+	if first+second > keys/2 {
+		t.Errorf("%d keys read once, 100 cached at most: %.0f fills, want fewer than half as many", keys, first+second)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for metric(t, p, "cicada_cache_admission_floor", "") > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("floor %v 15 s after the traffic stopped, want 1 (the threshold)", metric(t, p, "cicada_cache_admission_floor", ""))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := c.Set(ctx, "again", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hits := p.Server.Hits()
+	for range 10 {
+		if got, err := c.Get(ctx, "again").Result(); err != nil || got != "v" {
+			t.Fatalf("GET again: %q %v", got, err)
+		}
+	}
+	if p.Server.Hits() == hits {
+		t.Error("floor back at the threshold: a key read 10 times was never served from the cache")
+	}
+}
