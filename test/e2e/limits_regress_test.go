@@ -224,7 +224,10 @@ func TestMaxClientMemoryIsGlobal(t *testing.T) {
 // has written some by the time the replies it holds pass the bound, but
 // its close must discard them: a client gets no more than its own
 // receive buffer had taken in (a regression: the 4 MB Cicada's socket
-// held still arrived, then EOF).
+// held still arrived, then EOF). The clients start reading once Redis has
+// had a second, and Cicada has closed all four (on a loaded machine it
+// took Cicada more than a second to read 200 MB from Redis, and clients
+// that read before it held 10 MB were rightly not evicted).
 func TestMaxClientMemoryDropsUnsent(t *testing.T) {
 	direct := redistest.Start(t, "--maxmemory-clients", "10mb")
 	r, p := newProxied(t, cicadatest.Options{MaxClientMemory: 10 << 20})
@@ -237,6 +240,14 @@ func TestMaxClientMemoryDropsUnsent(t *testing.T) {
 			err         error
 		}
 		results := make(chan result, 4)
+		evicted := make(chan struct{})
+		go func() {
+			defer close(evicted)
+			deadline := time.Now().Add(10 * time.Second)
+			for target.name == "Cicada" && metric(t, p, "cicada_clients_closed_total", "max-client-memory") < 4 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
 		for range 4 {
 			go func() {
 				c, err := net.Dial("tcp", target.addr)
@@ -256,6 +267,7 @@ func TestMaxClientMemoryDropsUnsent(t *testing.T) {
 					return
 				}
 				time.Sleep(time.Second)
+				<-evicted
 				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 				got, err := io.Copy(io.Discard, c)
 				if ne, ok := err.(net.Error); ok && ne.Timeout() {
