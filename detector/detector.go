@@ -102,8 +102,8 @@
 //     publishes the new index; then it sums the slot that ended over the
 //     loops (owners have moved on) and rewrites the history sketch (atomic
 //     stores). Owners never clear counters themselves. Until the history is
-//     rewritten (about 0.5 ms plus 0.5 ms per loop at the default width), an estimate leaves out
-//     the sub-window that just ended.
+//     rewritten (about 0.5 ms plus 0.5 ms per loop at the default width),
+//     an estimate leaves out the sub-window that just ended.
 //   - [Detector.Estimate], [Detector.IsHot], [Detector.IsCold],
 //     [Detector.Threshold] and [Detector.SetThreshold] are lock-free (atomic
 //     loads and stores only) and safe from any goroutine.
