@@ -409,13 +409,11 @@ func (cv *conversation) finishFill(ri *readInfo, fr *resp.Frame) {
 		return // its GET/HGET reply cannot be kept (readReplied)
 	}
 	cv.pendingFill = nil
-	if !ri.awaitHPTTL {
-		cv.env.adm.NoteFill(time.Duration(cv.env.cache.Now() - ri.sentAt))
-	}
 	if ri.awaitHPTTL {
 		cv.finishFieldFill(ri, fr)
 		return
 	}
+	cv.env.adm.NoteFill(time.Duration(cv.env.cache.Now() - ri.sentAt)) // the PTTL's reply: the fill's round trip
 	if fr.Value.Type != resp.TypeInteger {
 		return
 	}
