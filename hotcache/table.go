@@ -404,7 +404,8 @@ func checkLimits(capacity int, maxBytes int64, maxValue int) error {
 // SetLimits changes the cache's capacity (replies), byte bound and largest
 // cached value (bytes) while it serves; it returns ErrCapacity, ErrMaxBytes
 // or ErrMaxValue, changing nothing, for a bad value. Replies over a lowered
-// capacity or byte bound are evicted oldest first (ReasonCapacity). A
+// capacity or byte bound are evicted as for room (ReasonCapacity): the
+// least ranked of the oldest keys (SetRank), oldest first without a rank. A
 // capacity that needs a table of another size, or a lowered max value,
 // empties the cache (ReasonConfig): the entries are not moved, so no
 // lock-free reader or invalidation can see one table while a reply lives
@@ -428,8 +429,12 @@ func (c *Cache) SetLimits(capacity int, maxBytes int64, maxValue int) error {
 	}
 	c.maxValue.Store(int64(maxValue))
 	c.capacity, c.maxBytes = capacity, maxBytes
-	for c.oldest != nil && (c.replies > c.capacity || c.bytes > c.maxBytes) {
-		c.removeLocked(c.oldest, ReasonCapacity)
+	for c.replies > c.capacity || c.bytes > c.maxBytes {
+		victim := c.victimLocked(nil) // as for room: the least ranked of the oldest
+		if victim == nil {
+			break
+		}
+		c.removeLocked(victim, ReasonCapacity)
 	}
 	return nil
 }
