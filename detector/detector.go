@@ -14,7 +14,7 @@
 //	      [cur][-1]...[-9][oldest]         loops; publish new index
 //	                   ^
 //	                   +------------------------------------ d.Estimate(h)
-//	                                                         d.IsHot(h) / d.IsCold(h)
+//	                                                         d.Threshold()
 //
 // # Algorithm
 //
@@ -104,7 +104,7 @@
 //     stores). Owners never clear counters themselves. Until the history is
 //     rewritten (about 0.5 ms plus 0.5 ms per loop at the default width),
 //     an estimate leaves out the sub-window that just ended.
-//   - [Detector.Estimate], [Detector.IsHot], [Detector.IsCold],
+//   - [Detector.Estimate],
 //     [Detector.Threshold] and [Detector.SetThreshold] are lock-free (atomic
 //     loads and stores only) and safe from any goroutine.
 //
@@ -277,7 +277,7 @@ func (d *Detector) Threshold() uint32 { return d.threshold.Load() }
 
 // SetThreshold sets the hot threshold in operations per second. It is safe to
 // call at run time from any goroutine; callers see the new value at their
-// next IsHot or IsCold. t == 0 is ignored (the threshold stays >= 1).
+// next Threshold. t == 0 is ignored (the threshold stays >= 1).
 func (d *Detector) SetThreshold(t uint32) {
 	if t == 0 {
 		return
@@ -334,21 +334,6 @@ func (d *Detector) Estimate(h uint64) uint32 {
 			return uint32(min(r0, r1, math.MaxUint32))
 		}
 	}
-}
-
-// IsHot reports whether Estimate(h) >= Threshold: the test for adding a key
-// to the hot set (see IsCold for removing it). Safe for concurrent use.
-func (d *Detector) IsHot(h uint64) bool {
-	return d.Estimate(h) >= d.threshold.Load()
-}
-
-// IsCold reports whether Estimate(h) < Threshold/2 (exactly: 2×Estimate <
-// Threshold, so at Threshold 1 only an estimate of 0 is cold). Between
-// Threshold/2 and Threshold a key is neither hot nor cold: callers keep a key
-// in the hot set until IsCold, so a key whose rate hovers at the threshold
-// does not flap in and out. Safe for concurrent use.
-func (d *Detector) IsCold(h uint64) bool {
-	return 2*uint64(d.Estimate(h)) < uint64(d.threshold.Load())
 }
 
 // Advance moves the window to now, a reading of the injected clock (use

@@ -87,7 +87,7 @@ func BenchmarkAdvance(b *testing.B) {
 }
 
 // BenchmarkObserveManyKeys is the detector's work for a forwarded GET of
-// one of a million keys (Observe, then IsHot on the cache miss), keys in
+// one of a million keys (Observe, then the threshold test on the cache miss), keys in
 // random order: the case where a sketch larger than a core's cache missed
 // on every access (issue 7: 12% of forwarding's CPU).
 func BenchmarkObserveManyKeys(b *testing.B) {
@@ -102,7 +102,7 @@ func BenchmarkObserveManyKeys(b *testing.B) {
 	for b.Loop() {
 		k := keys[(i*7919)&(1<<20-1)]
 		d.Observe(0, k)
-		if d.IsHot(k) {
+		if isHot(d, k) {
 			hot++
 		}
 		i++

@@ -19,6 +19,13 @@ var (
 
 func hashOf(key string) uint64 { return maphash.String(seed, key) }
 
+// isHot and isCold are the tests a hot set of a key makes with the
+// detector (Admission's floor and its half): an estimate at the
+// threshold, and below half of it (exactly: 2×Estimate < Threshold).
+func isHot(d *Detector, h uint64) bool { return d.Estimate(h) >= d.Threshold() }
+
+func isCold(d *Detector, h uint64) bool { return 2*uint64(d.Estimate(h)) < uint64(d.Threshold()) }
+
 func mustNew(t testing.TB, cfg Config) *Detector {
 	t.Helper()
 	d, err := New(cfg, t0)
@@ -175,21 +182,21 @@ func TestHotAtThreshold(t *testing.T) {
 	if got := d.Estimate(h); got != 99 {
 		t.Fatalf("Estimate after 99: got %v, want %v", got, 99)
 	}
-	if d.IsHot(h) {
-		t.Fatalf("IsHot after 99 of threshold 100: got true, want false")
+	if isHot(d, h) {
+		t.Fatalf("hot after 99 of threshold 100: got true, want false")
 	}
 	d.Observe(1, h)
-	if !d.IsHot(h) {
-		t.Fatalf("IsHot after 100 of threshold 100: got false, want true")
+	if !isHot(d, h) {
+		t.Fatalf("hot after 100 of threshold 100: got false, want true")
 	}
-	if d.IsCold(h) {
-		t.Fatalf("IsCold at estimate 100: got true, want false")
+	if isCold(d, h) {
+		t.Fatalf("cold at estimate 100: got true, want false")
 	}
 	// Traffic stops at t0; the key must turn cold within 1.1 s.
 	var coldAt time.Duration = -1
 	for el := 10 * time.Millisecond; el <= 2*time.Second; el += 10 * time.Millisecond {
 		d.Advance(t0.Add(el))
-		if d.IsCold(h) {
+		if isCold(d, h) {
 			coldAt = el
 			break
 		}
@@ -218,13 +225,13 @@ func TestHotThenCold(t *testing.T) {
 			stop := drive(d, h, t0, 1500*time.Millisecond,
 				[]time.Duration{10 * time.Millisecond}, tt.rate, tt.loops, nil)
 			d.Advance(stop)
-			if !d.IsHot(h) {
-				t.Fatalf("IsHot at %v ops/s: got false (estimate %v), want true", tt.rate, d.Estimate(h))
+			if !isHot(d, h) {
+				t.Fatalf("hot at %v ops/s: got false (estimate %v), want true", tt.rate, d.Estimate(h))
 			}
 			var coldAt time.Duration = -1
 			for el := time.Duration(0); el <= 3*time.Second; el += 10 * time.Millisecond {
 				d.Advance(stop.Add(el))
-				cold := d.IsCold(h)
+				cold := isCold(d, h)
 				if coldAt < 0 && cold {
 					coldAt = el
 				}
@@ -263,28 +270,28 @@ func TestHysteresis(t *testing.T) {
 			if got := int(d.Estimate(h)); got != tt.wantEstimated {
 				t.Errorf("Estimate: got %v, want %v", got, tt.wantEstimated)
 			}
-			if got := d.IsHot(h); got != tt.hot {
-				t.Errorf("IsHot: got %v, want %v", got, tt.hot)
+			if got := isHot(d, h); got != tt.hot {
+				t.Errorf("hot: got %v, want %v", got, tt.hot)
 			}
-			if got := d.IsCold(h); got != tt.cold {
-				t.Errorf("IsCold: got %v, want %v", got, tt.cold)
+			if got := isCold(d, h); got != tt.cold {
+				t.Errorf("cold: got %v, want %v", got, tt.cold)
 			}
 		})
 	}
 }
 
-func TestIsColdThresholdOne(t *testing.T) {
+func TestColdThresholdOne(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 1, Loops: 1})
 	h := hashOf("k")
-	if !d.IsCold(h) {
-		t.Fatalf("IsCold at estimate 0, threshold 1: got false, want true")
+	if !isCold(d, h) {
+		t.Fatalf("cold at estimate 0, threshold 1: got false, want true")
 	}
 	d.Observe(0, h)
-	if got := d.IsCold(h); got {
-		t.Fatalf("IsCold at estimate 1, threshold 1: got %v, want false", got)
+	if got := isCold(d, h); got {
+		t.Fatalf("cold at estimate 1, threshold 1: got %v, want false", got)
 	}
-	if got := d.IsHot(h); !got {
-		t.Fatalf("IsHot at estimate 1, threshold 1: got %v, want true", got)
+	if got := isHot(d, h); !got {
+		t.Fatalf("hot at estimate 1, threshold 1: got %v, want true", got)
 	}
 }
 
@@ -348,8 +355,8 @@ func TestIdleLoopCleared(t *testing.T) {
 			d.Observe(3, h)
 		}
 	}
-	if !d.IsHot(h) {
-		t.Fatalf("IsHot after 1 s at 2000 ops/s: got false (estimate %v), want true", d.Estimate(h))
+	if !isHot(d, h) {
+		t.Fatalf("hot after 1 s at 2000 ops/s: got false (estimate %v), want true", d.Estimate(h))
 	}
 	// Only loop 0 works from now on, on another key.
 	for el := Window; el <= 4*time.Second; el += 10 * time.Millisecond {
@@ -449,8 +456,8 @@ func TestBoundedError(t *testing.T) {
 		if got > bound {
 			over++
 		}
-		if d.IsHot(h) {
-			t.Fatalf("unseen key %v: IsHot got true (estimate %v), want false", i, got)
+		if isHot(d, h) {
+			t.Fatalf("unseen key %v: hot (estimate %v), want false", i, got)
 		}
 	}
 	t.Logf("unseen keys: worst estimate %v, %v of %v above e/W×N = %v", worst, over, probes, bound)
@@ -489,8 +496,8 @@ func TestZeroAllocs(t *testing.T) {
 	}{
 		{"Observe", func() { d.Observe(1, h) }},
 		{"Estimate", func() { _ = d.Estimate(h) }},
-		{"IsHot", func() { _ = d.IsHot(h) }},
-		{"IsCold", func() { _ = d.IsCold(h) }},
+		{"hot", func() { _ = isHot(d, h) }},
+		{"cold", func() { _ = isCold(d, h) }},
 		{"Advance", func() { now = now.Add(time.Millisecond); d.Advance(now) }},
 	}
 	for _, tt := range tests {
@@ -533,8 +540,8 @@ func TestConcurrent(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		d.Advance(now)
 		maxSeen = max(maxSeen, d.Estimate(hot))
-		_ = d.IsHot(hot)
-		_ = d.IsCold(hot)
+		_ = isHot(d, hot)
+		_ = isCold(d, hot)
 		d.SetThreshold(uint32(now.Sub(t0)/time.Millisecond)%2000 + 1)
 		_ = d.Threshold()
 	}

@@ -24,13 +24,13 @@ func Example() {
 	for range 3 {
 		d.Observe(0, h)
 	}
-	fmt.Println("hot:", d.IsHot(h), "estimate:", d.Estimate(h))
+	fmt.Println("hot:", d.Estimate(h) >= d.Threshold(), "estimate:", d.Estimate(h))
 
 	// The ticker, every 100 ms or less; here 1.1 s later with no traffic.
 	for t := 100 * time.Millisecond; t <= 1100*time.Millisecond; t += 100 * time.Millisecond {
 		d.Advance(start.Add(t))
 	}
-	fmt.Println("cold:", d.IsCold(h), "estimate:", d.Estimate(h))
+	fmt.Println("cold:", 2*d.Estimate(h) < d.Threshold(), "estimate:", d.Estimate(h))
 	// Output:
 	// hot: true estimate: 3
 	// cold: true estimate: 0
