@@ -18,7 +18,8 @@ var requestSeeds = []string{
 }
 
 // FuzzRequestParser checks that the parser never panics, finds the same
-// commands whether the input arrives whole or one byte at a time, and does
+// commands whether the input arrives whole or one byte at a time, held
+// (SetHold) or not, consumes nothing of a held command early, and does
 // work linear in the input when it arrives one byte at a time.
 func FuzzRequestParser(f *testing.F) {
 	for _, s := range requestSeeds {
@@ -34,6 +35,17 @@ func FuzzRequestParser(f *testing.F) {
 		split, _ := drive(sp, chunks)
 		if fmt.Sprint(whole) != fmt.Sprint(split) {
 			t.Fatalf("whole %v != byte by byte %v", whole, split)
+		}
+		hp := NewRequestParser()
+		hp.SetHold(1 << 20)
+		held, early := drive(hp, chunks)
+		want := whole
+		if k := len(held) - 1; k >= 0 && held[k].kind == Oversize {
+			held = held[:k] // a declared length over the limit: the commands before it agree
+			want = whole[:min(k, len(whole))]
+		}
+		if early != 0 || fmt.Sprint(held) != fmt.Sprint(want) {
+			t.Fatalf("held byte by byte: %v with %d bytes consumed early, want %v and 0", held, early, want)
 		}
 		if limit := 4*int64(len(in)) + 16; sp.scanned > limit {
 			t.Fatalf("fed byte by byte, %d bytes searched for line ends in %d bytes", sp.scanned, len(in))

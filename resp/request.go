@@ -54,6 +54,12 @@ const (
 	// ProtocolError: the bytes at n are a request Redis rejects with
 	// "-ERR " + Err() and then closes the connection.
 	ProtocolError
+	// Oversize (hold mode only, see SetHold): the command in progress
+	// needs more than the hold limit, or is an inline line longer than
+	// MaxInlineSize; n is 0 and none of its bytes were consumed. The
+	// command has ended for the parser: the caller presents its first
+	// byte again, after SetHold(0) if it is to be parsed whole.
+	Oversize
 )
 
 // RequestParser frames client requests exactly as redis-server 7.0 does.
@@ -81,11 +87,19 @@ const (
 // a line end), so the work per call is proportional to the bytes that
 // arrived since the previous one.
 //
+// In hold mode (SetHold) nothing of a command is consumed before it is
+// complete, whatever its size, and a command larger than the hold limit
+// is reported Oversize instead of streamed: for a connection whose bytes
+// share an upstream connection with other clients' (a lane), where only
+// whole commands may be written, and only commands Redis cannot refuse
+// by their size.
+//
 // Owned by one connection's event loop; not safe for concurrent use.
 type RequestParser struct {
 	captureArg   int64
 	captureTotal int
 	captureArgs  int
+	hold         int // bytes; 0: streaming (see SetHold)
 
 	// Command in progress: kept from the call that starts it to the one
 	// that ends it (Complete, Empty, ProtocolError). Offsets are into the
@@ -122,6 +136,17 @@ type RequestParser struct {
 // the default is Redis's strchr, for which it does. Inline requests are
 // parsed with strchr on both. Call before the first Parse.
 func (p *RequestParser) SetNulVisible(on bool) { p.nulVisible = on }
+
+// SetHold sets hold mode for the commands that start after the call: with
+// max > 0 no byte of a command is consumed before it is complete
+// (arguments too big to capture are skipped, not streamed, and a
+// multibulk header is not consumed early), and a command of more than max
+// bytes, or an inline line longer than MaxInlineSize, ends as Oversize.
+// The caller is then a client Redis counts as authenticated, and max is
+// at most proto-max-bulk-len's minimum (1 MiB), so Redis refuses none of
+// the commands held by their size. max = 0 turns hold mode off
+// (streaming, the default).
+func (p *RequestParser) SetHold(max int) { p.hold = max }
 
 // NewRequestParser returns a parser for one connection.
 func NewRequestParser() *RequestParser {
@@ -210,7 +235,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		}
 		p.argsLeft = ll
 		p.argc = ll
-		if ll > UnauthMultibulkLen {
+		if ll > UnauthMultibulkLen && p.hold == 0 {
 			// Refused from a client Redis does not count as
 			// authenticated: let Redis see the header now.
 			p.hdrEnd = n
@@ -237,12 +262,15 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 			// Redis applies its limit of the moment.
 			ll = min(ll, math.MaxInt64-2)
 			n = line + 2
+			if p.hold > 0 && int64(n)+ll+2 > int64(p.hold) {
+				return p.end(0, Oversize)
+			}
 			p.bulkLeft = ll + 2
 			// A bulk Redis may refuse before authentication is never held back.
 			p.capturing = ll <= p.captureArg && ll <= UnauthBulkLen &&
 				len(p.buf)+int(ll) <= p.captureTotal && len(p.offs) < p.captureArgs
 			if !p.capturing {
-				p.streaming = true
+				p.streaming = p.hold == 0 // held: skipped, consumed with the command
 				if len(p.offs) < p.captureArgs {
 					p.offs = append(p.offs, -1)
 					p.lens = append(p.lens, 0)
@@ -368,6 +396,9 @@ func (p *RequestParser) buildArgs() {
 // to '\n' (a '\r' before it is dropped), split like sdssplitargs.
 func (p *RequestParser) parseInline(b []byte) (int, Result) {
 	nl := p.lineEnd(b, 0, '\n')
+	if p.hold > 0 && (nl > MaxInlineSize || nl < 0 && len(b) > MaxInlineSize) {
+		return p.end(0, Oversize) // Redis may take it or fail it
+	}
 	if nl < 0 {
 		// Redis fails ("too big inline request") once more than
 		// MaxInlineSize bytes wait without a line end after one of its

@@ -45,6 +45,8 @@ func drive(p *RequestParser, chunks [][]byte) (evs []event, streamed int) {
 				evs = append(evs, event{kind: Empty})
 			case ProtocolError:
 				return append(evs, event{kind: ProtocolError, err: p.Err()}), streamed
+			case Oversize:
+				return append(evs, event{kind: Oversize}), streamed
 			}
 			buf = buf[n:]
 			if r == NeedMore {
@@ -171,6 +173,82 @@ func TestRequestParserSplits(t *testing.T) {
 			rest = rest[n:]
 		}
 		check(fmt.Sprintf("random round %d", round), chunks)
+	}
+}
+
+// TestRequestParserHold: in hold mode the same stream gives the same
+// commands at every split, and not a byte of any is consumed before it
+// is complete, the arguments too big to capture included.
+func TestRequestParserHold(t *testing.T) {
+	big := bytes.Repeat([]byte{0, '\r', '\n', 'x'}, 5000)
+	var stream []byte
+	stream = AppendCommand(stream, []byte("SET"), []byte("k"), big)
+	stream = append(stream, "GET k\r\n\r\n"...)
+	args := [][]byte{[]byte("MSET")}
+	for range 20 { // more than UnauthMultibulkLen: not consumed early when held
+		args = append(args, []byte("a"), big)
+	}
+	stream = AppendCommand(stream, args...)
+	want, _ := drive(NewRequestParser(), [][]byte{stream})
+	held := func() *RequestParser {
+		p := NewRequestParser()
+		p.SetHold(1 << 20)
+		return p
+	}
+	for i := 0; i <= len(stream); i += 101 {
+		got, streamed := drive(held(), [][]byte{stream[:i], stream[i:]})
+		if fmt.Sprint(got) != fmt.Sprint(want) || streamed != 0 {
+			t.Fatalf("split at %d: got %v with %d bytes consumed early, want %v and 0", i, got, streamed, want)
+		}
+	}
+	var chunks [][]byte
+	for i := range stream {
+		chunks = append(chunks, stream[i:i+1])
+	}
+	if got, streamed := drive(held(), chunks); fmt.Sprint(got) != fmt.Sprint(want) || streamed != 0 {
+		t.Fatalf("byte by byte: got %v with %d bytes consumed early, want %v and 0", got, streamed, want)
+	}
+}
+
+// TestRequestParserOversize: a held command over the hold limit, or an
+// inline line over MaxInlineSize, ends as Oversize with nothing consumed;
+// with hold mode off it parses again from its first byte.
+func TestRequestParserOversize(t *testing.T) {
+	const limit = 64 << 10
+	tests := map[string][]byte{
+		"one big bulk":   AppendCommand(nil, []byte("SET"), []byte("k"), bytes.Repeat([]byte("v"), limit)),
+		"many bulks":     AppendCommand(nil, append([][]byte{[]byte("MSET")}, bytes.Split(bytes.Repeat([]byte("k v "), limit/4), []byte(" "))...)...),
+		"long inline":    append(bytes.Repeat([]byte("x"), MaxInlineSize+1), '\n'),
+		"unended inline": bytes.Repeat([]byte("x"), MaxInlineSize+1),
+	}
+	for name, in := range tests {
+		p := NewRequestParser()
+		p.SetHold(limit)
+		if n, r := p.Parse(AppendCommand(nil, []byte("PING"))); r != Complete || n != 14 {
+			t.Fatalf("%s: PING gave (%d, %d)", name, n, r)
+		}
+		var n int
+		r := NeedMore
+		for end := 1; end <= len(in) && r == NeedMore; end += 4093 {
+			n, r = p.Parse(in[:end])
+			if n != 0 {
+				t.Fatalf("%s: %d bytes consumed of a held command", name, n)
+			}
+		}
+		if n, r = p.Parse(in); r != Oversize || n != 0 {
+			t.Fatalf("%s: got (%d, %d), want (0, Oversize)", name, n, r)
+		}
+		if p.InProgress() {
+			t.Fatalf("%s: a command is still in progress after Oversize", name)
+		}
+		p.SetHold(0)
+		if name == "unended inline" {
+			continue // waits for its line end (or MaxInlineLine) unheld
+		}
+		want, _ := drive(NewRequestParser(), [][]byte{in})
+		if got, _ := drive(p, [][]byte{in}); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: parsed again unheld: got %v, want %v", name, got, want)
+		}
 	}
 }
 
