@@ -4,8 +4,9 @@ package command
 // proxy that follows the connection's state must see it: which state its
 // successful reply changes, whether its replies can still be counted, and
 // whether requests after it depend on its reply. ConnNone for every
-// command not listed in connEffects (and for commands learned from the
-// live server, which change no connection state Cicada follows).
+// command not listed in connEffects (a command learned from the live
+// server has the effect its name is listed with: CLIENT SETINFO, from
+// Redis 7.2).
 type ConnEffect uint8
 
 // The connection effects. "Confirmed" means by Redis's reply: the state
@@ -55,6 +56,12 @@ const (
 	// ConnQuit (QUIT): +OK whatever the arguments, then Redis closes and
 	// reads nothing more.
 	ConnQuit
+	// ConnSetName (CLIENT SETNAME name): the connection's name, once
+	// confirmed.
+	ConnSetName
+	// ConnSetInfo (CLIENT SETINFO LIB-NAME|LIB-VER value, Redis 7.2+): what
+	// the connection says of its client library, once confirmed.
+	ConnSetInfo
 )
 
 // SubKind names a (un)subscribe command family.
@@ -88,6 +95,7 @@ var connEffects = map[string]ConnEffect{
 	"replconf": ConnReplconf,
 	"monitor":  ConnStream, "sync": ConnStream, "psync": ConnStream,
 	"quit": ConnQuit,
+	"client|setname": ConnSetName, "client|setinfo": ConnSetInfo,
 }
 
 // subscribeKinds maps each (un)subscribe command, which is also the first

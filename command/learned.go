@@ -139,6 +139,7 @@ func (l *Learned) Overridden() []string {
 // learnedSpec derives the spec of a command the built-in table lacks.
 func learnedSpec(c cmdinfo.Command) *Spec {
 	s := &Spec{Name: c.Name, Arity: c.Arity, First: c.First, Last: c.Last, Step: c.Step}
+	setConn(s)
 	mayReplicate := false
 	for _, f := range c.Flags {
 		if bit, ok := flagByName(f); ok {

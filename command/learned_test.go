@@ -164,6 +164,11 @@ func TestLearn(t *testing.T) {
 			t.Errorf("%q: WrittenKeys: got %q, want %q", tt.args, got, tt.keys)
 		}
 	}
+	for args, want := range map[string]ConnEffect{"CLIENT SETINFO lib-name x": ConnSetInfo, "WAITAOF 1 0 0": ConnNone} {
+		if s := l.Resolve(argv(args)); s.Conn != want {
+			t.Errorf("%q: learned Conn %d, want %d (connEffects names it)", args, s.Conn, want)
+		}
+	}
 	if got := l.Overridden(); !slices.Equal(got, []string{"object|freq", "zrank"}) && !slices.Equal(got, []string{"zrank", "object|freq"}) {
 		t.Errorf("Overridden: got %v, want object|freq and zrank", got)
 	}

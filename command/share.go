@@ -1,0 +1,98 @@
+package command
+
+import "strings"
+
+// Share says whether a request may travel on an upstream connection
+// shared by clients whose connections are in one state (a lane of the
+// proxy): whether it reads or changes state that belongs to the
+// connection that sends it.
+type Share uint8
+
+const (
+	// ShareAny: it reads and changes no state of its connection (data
+	// commands that cannot block, PING, INFO, CONFIG, scripts, ...): any
+	// connection in the client's state answers it as the client's own
+	// would.
+	ShareAny Share = iota
+	// ShareSwitch: SELECT db and HELLO protover (no option) change only
+	// the db or the protocol; sent on a connection already in the state
+	// they ask for, they change nothing there and get the reply the
+	// client's own connection would give.
+	ShareSwitch
+	// ShareNone: it needs or creates state of its own connection
+	// (transactions, WATCH, subscriptions, blocking, AUTH, RESET, CLIENT
+	// subcommands, READONLY, ASKING, WAIT, MONITOR, replication, QUIT, an
+	// unknown command): only the client's own connection carries it.
+	ShareNone
+)
+
+// ownNames are commands with no ConnEffect that still belong to their
+// connection: WATCH and UNWATCH (watched keys), ASKING (a flag for the
+// next command), WAIT and WAITAOF (they wait for the connection's own
+// writes).
+var ownNames = map[string]bool{"watch": true, "unwatch": true, "asking": true, "wait": true, "waitaof": true}
+
+// Sharing says whether the request args (argc arguments; args as the
+// parser captured them, nil where not captured) with spec s (nil: a
+// command the table cannot classify) may travel on a shared connection.
+// Wrong arity and invalid arguments that Redis refuses without a state
+// change are ShareAny where the command could change its connection's
+// state only when valid (SELECT, HELLO).
+func (s *Spec) Sharing(args [][]byte, argc int64) Share {
+	if s == nil {
+		return ShareNone
+	}
+	switch s.Conn {
+	case ConnNone, ConnAuthRules, ConnClusterChange:
+	case ConnSetName, ConnSetInfo:
+		// What the connection reports of its client (CLIENT LIST, CLIENT
+		// INFO): the proxy keeps it for the client and sets it on the
+		// client's own connection when it gets one.
+		return ShareAny
+	case ConnSelect:
+		if !s.ArityOK(int(argc)) || len(args) < 2 || args[1] == nil {
+			return ShareAny
+		}
+		return ShareSwitch
+	case ConnHello:
+		switch {
+		case argc == 1:
+			return ShareAny // the connection's own protocol, unchanged
+		case argc == 2 && len(args) == 2 && args[1] != nil:
+			return ShareSwitch
+		}
+		return ShareNone // AUTH or SETNAME options
+	default:
+		return ShareNone
+	}
+	switch {
+	case ownNames[s.Name]:
+		return ShareNone
+	case strings.HasPrefix(s.Name, "client|") || s.Name == "client":
+		return ShareNone
+	case s.Flags&FlagBlocking != 0:
+		if (s.Name == "xread" || s.Name == "xreadgroup") && !mayBlock(args, argc) {
+			return ShareAny // no BLOCK option: answered at once
+		}
+		return ShareNone
+	}
+	return ShareAny
+}
+
+// mayBlock reports whether an XREAD or XREADGROUP may have a BLOCK
+// option: one of its arguments before STREAMS is BLOCK, or was not
+// captured.
+func mayBlock(args [][]byte, argc int64) bool {
+	for i := 1; i < int(argc); i++ {
+		if i >= len(args) || args[i] == nil {
+			return true
+		}
+		switch {
+		case EqualFold(args[i], "block"):
+			return true
+		case EqualFold(args[i], "streams"):
+			return false
+		}
+	}
+	return false
+}
