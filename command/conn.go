@@ -94,7 +94,7 @@ var connEffects = map[string]ConnEffect{
 	"ssubscribe": ConnSubscribe, "sunsubscribe": ConnSubscribe,
 	"replconf": ConnReplconf,
 	"monitor":  ConnStream, "sync": ConnStream, "psync": ConnStream,
-	"quit": ConnQuit,
+	"quit":           ConnQuit,
 	"client|setname": ConnSetName, "client|setinfo": ConnSetInfo,
 }
 
