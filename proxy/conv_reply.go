@@ -57,7 +57,7 @@ func (cv *conversation) startFrame(first byte) {
 	head := cv.sent.front()
 	cv.hkFrame = head.hk
 	switch {
-	case head.kind == expectSwallow:
+	case head.kind == expectSwallow || head.kind == expectSetup || head.kind == expectDrop:
 		cv.reply = replySwallow
 	case first == resp.TypeError && cv.env.addrMap.Len() > 0:
 		// Read whole even when it arrives in pieces: it may be a redirect.
@@ -141,6 +141,11 @@ func (cv *conversation) onFrame(fr *resp.Frame) {
 			cv.countSubs(conf, fr)
 		}
 		cv.subReply(conf.family, ok)
+	case cv.sent.front().kind == expectDrop:
+		cv.dequeue()
+	case cv.sent.front().kind == expectSetup:
+		cv.dequeue()
+		cv.setupFailed = cv.setupFailed || v.Type == resp.TypeError || v.Type == resp.TypeBulkError
 	case cv.sent.front().kind == expectSwallow:
 		rq := cv.dequeue()
 		cv.finishFill(rq.read, fr)
@@ -341,6 +346,14 @@ func (cv *conversation) confirm(rq *request) {
 		cv.tracking = rq.arg == 1
 	case command.ConnReadonly:
 		cv.readonly = rq.arg == 1
+	case command.ConnSetName:
+		cv.name = rq.user
+	case command.ConnSetInfo:
+		if rq.arg == setInfoName {
+			cv.libName = rq.user
+		} else {
+			cv.libVer = rq.user
+		}
 	case command.ConnClusterChange:
 		env.topo.Distrust()
 	case command.ConnAuthRules:

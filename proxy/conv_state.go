@@ -18,6 +18,13 @@ const (
 	expectSubs                  // (P|S)(UN)SUBSCRIBE: one confirmation per channel
 	expectSwallow               // Cicada's own PTTL (and HPTTL) after a fill GET/HGET: not forwarded
 	expectOpaque                // from here on, replies pass through unframed
+	// expectSetup: Cicada's own request that gives a client's own
+	// connection the state the client had on a lane (conversation.setup):
+	// not forwarded; an error ends the client (setupFailed).
+	expectSetup
+	// expectDrop: Cicada's own request whose reply is dropped, whatever
+	// it is (a lane's name restored after a client's CLIENT SETNAME).
+	expectDrop
 )
 
 // hold is how the cache suspension a request keeps until its reply (one
@@ -95,8 +102,11 @@ type request struct {
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
 	stripes int32 // write stripes to release (the front of conversation.writes)
 	arg     int64
-	user    string
-	auth    bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
+	// user is the user of AUTH or HELLO AUTH, or the value CLIENT SETNAME
+	// or CLIENT SETINFO sets (arg: which attribute, setInfoName or
+	// setInfoVer).
+	user string
+	auth bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
 	anon    bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
 	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
@@ -246,12 +256,44 @@ type conversation struct {
 	timedLeft int
 	timedAt   time.Time
 
+	// Sharing (lane.go). shared: requests go on a lane of the loop, the
+	// one whose state is on; gen is the rules generation of the fresh
+	// identity the client connected under (a lane's identity); want is
+	// the state a decideSwitch asks for.
+	shared   bool
+	gen      uint64
+	on, want shareKey
+	// What the connection says of its client, as Redis confirmed it
+	// (CLIENT SETNAME, CLIENT SETINFO; "" for none), and whether a write
+	// went on a lane: setup gives a client's own connection all three.
+	name, libName, libVer string
+	laneWrote             bool
+	// setupFailed: Redis refused a setup request: the client's own
+	// connection cannot have its state.
+	setupFailed bool
+
 	// HOTKEYS (hotkeys.go): the record of the head request, whose reply
 	// may be the frame being read.
 	hkFrame *hkReq
 	hkBytes uint64 // bytes of hkFrame's reply so far
 	hkNs    int64  // event-loop time framing it so far (sampled only)
 }
+
+// shareKey is the connection state a lane carries: a client's requests
+// may go on a lane whose key is its state's. gen is the rules generation
+// of the fresh identity (identities.fresh) the lane's clients connected
+// under; lanes carry no other identity.
+type shareKey struct {
+	gen   uint64
+	db    int
+	proto int
+}
+
+// CLIENT SETINFO attributes (request.arg).
+const (
+	setInfoName = iota // LIB-NAME
+	setInfoVer         // LIB-VER
+)
 
 // txSend is a transaction's phase as the requests sent so far predict it.
 // MULTI moves it from txSendNone to txSendQueue, a queued command that
@@ -326,6 +368,8 @@ const (
 	pauseReplies              // until every reply is in (the upstream side resumes it)
 	pauseACL                  // until the ACL lookup of HOTKEYS is done (session.aclLooked)
 	pauseFill                 // until another connection's fill of the key ends (session.fillWoken)
+	pauseRoute                // until the connection its request needs is ready: a lane open, its own enrolled (lane.go)
+	pauseSetup                // until its own connection has the client's state (setup's replies in, like pauseReplies)
 )
 
 // decision is what processClient does with a complete request.
@@ -336,6 +380,8 @@ const (
 	decideLocal                   // answered from the cache (reply in loop.out)
 	decidePause                   // stop parsing: pauseReplies, unless the decider set another reason
 	decideInject                  // forward it and loop.injected right behind it
+	decideOwn                     // not yet: it needs the client's own connection (nothing decided, see route)
+	decideSwitch                  // not yet: it needs the lane of state want (nothing decided, see route)
 )
 
 // txEffect is one effect of a command queued in a confirmed transaction,

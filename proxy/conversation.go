@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/cicada-proxy/cicada/cluster"
@@ -13,6 +14,14 @@ import (
 func (cv *conversation) onCommand(n int) decision {
 	args := cv.parser.Args()
 	argc := cv.parser.Argc()
+	var spec *command.Spec
+	resolved := false
+	if cv.shared {
+		var d decision
+		if spec, resolved, d = cv.route(args, argc); d != decideForward {
+			return d
+		}
+	}
 	if d, ok := cv.onRead(args, argc); ok {
 		return d
 	}
@@ -41,7 +50,9 @@ func (cv *conversation) onCommand(n int) decision {
 		}
 	}
 	cv.loop.stats.forwarded.Add(1)
-	spec := cv.env.settings.Commands().Resolve(args)
+	if !resolved {
+		spec = cv.env.settings.Commands().Resolve(args)
+	}
 	if spec != nil && spec.Conn == command.ConnQuit {
 		// Redis answers +OK to QUIT (whatever its arguments, even in MULTI),
 		// then closes: it reads nothing after it.
@@ -111,6 +122,18 @@ func (cv *conversation) onCommand(n int) decision {
 		if command.EqualFold(args[2], "on") {
 			rq.arg = 1
 		}
+	case command.ConnSetName:
+		if args[2] != nil {
+			rq.act, rq.user = conn, string(args[2])
+		}
+	case command.ConnSetInfo:
+		switch {
+		case args[3] == nil:
+		case command.EqualFold(args[2], "lib-name"):
+			rq.act, rq.arg, rq.user = conn, setInfoName, string(args[3])
+		case command.EqualFold(args[2], "lib-ver"):
+			rq.act, rq.arg, rq.user = conn, setInfoVer, string(args[3])
+		}
 	case command.ConnReplyMode:
 		if command.EqualFold(args[2], "off") || command.EqualFold(args[2], "skip") {
 			cv.pushOpaque() // the replies that follow cannot be counted
@@ -161,6 +184,7 @@ func (cv *conversation) onCommand(n int) decision {
 		rq.rewrite = cluster.TopologyCommand(args)
 	}
 	cv.effects(spec, args, argc, &rq)
+	cv.laneWrote = cv.laneWrote || cv.shared && (spec == nil || spec.Effect != command.EffectNone)
 	if rq.act == command.ConnExec {
 		cv.applyTxEffects(&rq)
 	}
@@ -177,8 +201,143 @@ func (cv *conversation) onCommand(n int) decision {
 	if pauseAfter {
 		cv.pause = pauseReplies
 	}
+	if cv.shared && (rq.act == command.ConnSetName || rq.act == command.ConnSetInfo) {
+		// The lane keeps what it says of itself in CLIENT LIST; the
+		// client's name and library go to its own connection when it
+		// gets one (setup).
+		cv.queue(request{kind: expectDrop})
+		cv.loop.injected = laneNameCmd
+		if rq.act == command.ConnSetInfo {
+			cv.loop.injected = libInfoCmd[rq.arg]
+		}
+		return decideInject
+	}
 	return decideForward
 }
+
+// route decides whether a request of a conversation whose requests go on
+// a lane (shared) may go on the lane it is on (decideForward, with its
+// spec when it resolved it), or must wait for another connection first:
+// its own (decideOwn: the request needs or creates state of its own
+// connection, command.Sharing), or the lane of cv.want (decideSwitch: a
+// SELECT or HELLO asking for another db or protocol, or a confirmed
+// state that is no longer the lane's). It decides nothing else: the
+// request is decided again once the session has moved it.
+func (cv *conversation) route(args [][]byte, argc int64) (spec *command.Spec, resolved bool, d decision) {
+	want := cv.shareKey()
+	if !readShape(args, argc) {
+		spec, resolved = cv.env.settings.Commands().Resolve(args), true
+		switch spec.Sharing(args, argc) {
+		case command.ShareNone:
+			return spec, resolved, decideOwn
+		case command.ShareSwitch:
+			want = switchKey(want, spec, args)
+		}
+	}
+	if want == cv.on {
+		return spec, resolved, decideForward
+	}
+	cv.want = want
+	return spec, resolved, decideSwitch
+}
+
+// shareKey is the state of the conversation a lane must carry.
+func (cv *conversation) shareKey() shareKey {
+	return shareKey{gen: cv.gen, db: cv.db, proto: cv.proto}
+}
+
+// switchKey returns the state a SELECT or HELLO (command.ShareSwitch)
+// asks for from state k: a lane in that state answers it as the client's
+// own connection would, changing nothing. An argument Redis refuses (a
+// negative db, a protocol other than 2 and 3) leaves k: the refusal
+// changes nothing either. A db beyond Redis's databases is refused by the
+// lane's own SELECT, and the client gets its own connection.
+func switchKey(k shareKey, spec *command.Spec, args [][]byte) shareKey {
+	v, ok := resp.ParseInt(args[1])
+	switch {
+	case !ok:
+	case spec.Conn == command.ConnSelect && v >= 0:
+		k.db = int(v)
+	case spec.Conn == command.ConnHello && (v == 2 || v == 3):
+		k.proto = int(v)
+	}
+	return k
+}
+
+// readShape reports whether a request has the shape of GET key or HGET
+// key field, which any lane carries.
+func readShape(args [][]byte, argc int64) bool {
+	switch {
+	case argc == 2 && len(args) == 2:
+		return command.EqualFold(args[0], "get")
+	case argc == 3 && len(args) == 3:
+		return command.EqualFold(args[0], "hget")
+	}
+	return false
+}
+
+// setup appends to dst the requests that give a new connection of the
+// client (one Redis gave the fresh identity, db 0, RESP2) the state it
+// had on lanes, and queues their replies to be swallowed (expectSetup):
+// its db and protocol, its name and library (CLIENT SETNAME, CLIENT
+// SETINFO), and, if it wrote on a lane, a PUBLISH whose propagation
+// moves the connection's replication offset past those writes (WAIT and
+// WAITAOF on the new connection wait for them too; a Redis Cluster node
+// does not propagate PUBLISH to its replicas this way, see
+// docs/limits.md). Nothing is in flight when it is called.
+func (cv *conversation) setup(dst []byte) []byte {
+	add := func(args ...[]byte) {
+		dst = resp.AppendCommand(dst, args...)
+		cv.queue(request{kind: expectSetup})
+	}
+	if cv.db != 0 {
+		add(selectCmd, itoa(cv.db))
+	}
+	if cv.proto != 2 {
+		add(helloCmd, itoa(cv.proto))
+	}
+	if cv.name != "" {
+		add(clientCmd, setnameArg, []byte(cv.name))
+	}
+	if cv.libName != "" {
+		add(clientCmd, setinfoArg, libNameArg, []byte(cv.libName))
+	}
+	if cv.libVer != "" {
+		add(clientCmd, setinfoArg, libVerArg, []byte(cv.libVer))
+	}
+	if cv.laneWrote {
+		add(publishCmd, waitChannel, []byte{})
+	}
+	return dst
+}
+
+// itoa is n in decimal, as a request argument.
+func itoa(n int) []byte { return strconv.AppendInt(nil, int64(n), 10) }
+
+// What a lane says of itself: its name (CLIENT SETNAME) and no library
+// (CLIENT SETINFO), set again after a client of the lane set its own.
+var (
+	laneName    = []byte("cicada-lane")
+	laneNameCmd = resp.AppendCommand(nil, clientCmd, setnameArg, laneName)
+	libInfoCmd  = [...][]byte{setInfoName: resp.AppendCommand(nil, clientCmd, setinfoArg, libNameArg, nil),
+		setInfoVer: resp.AppendCommand(nil, clientCmd, setinfoArg, libVerArg, nil)}
+)
+
+// Setup requests (conversation.setup). waitChannel is the channel of the
+// PUBLISH that moves a connection's replication offset: a subscriber of
+// it sees an empty message each time a client that wrote on a lane gets
+// its own connection.
+var (
+	selectCmd   = []byte("SELECT")
+	helloCmd    = []byte("HELLO")
+	clientCmd   = []byte("CLIENT")
+	setnameArg  = []byte("SETNAME")
+	setinfoArg  = []byte("SETINFO")
+	libNameArg  = []byte("LIB-NAME")
+	libVerArg   = []byte("LIB-VER")
+	publishCmd  = []byte("PUBLISH")
+	waitChannel = []byte("__cicada__:wait")
+)
 
 // effects applies what a forwarded command can do to cached data before it
 // is sent: its keys are evicted and their fills blocked (BeginWrite), or
@@ -383,7 +542,8 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 //     Unproven forwards it to prove it).
 //  3. In Redis Cluster, the node answers k's hash slot (Topology.Answerable).
 //  4. Redis would not have closed the connection as idle by now
-//     (idleRefresh: it must see a request now and then).
+//     (idleRefresh: it must see a request now and then; not for a client
+//     on a lane).
 //  5. No keyspace notification for k (nor a flush) is in Cicada's socket
 //     unapplied (settled, asked once per batch of requests), and what was
 //     found is still what the cache holds after asking (Cache.Current: a
@@ -423,8 +583,10 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 	case hotcache.Hit:
 		switch {
 		case clustered && !env.topo.Answerable(f.HashSlot, cv.readonly):
-		case env.idleRefresh.Load() > 0 && env.clock.Load()-cv.lastForward > env.idleRefresh.Load():
-			// Let Redis see this one, or it closes the connection as idle.
+		case !cv.shared && env.idleRefresh.Load() > 0 && env.clock.Load()-cv.lastForward > env.idleRefresh.Load():
+			// Let Redis see this one, or it closes the connection as idle
+			// (a client on a lane has no connection of its own to keep;
+			// Cicada applies Redis's timeout to it, see shrinkIdle).
 		case !cv.loop.settled(env.fences, k.Hash()):
 			// A notification of a write (from outside Cicada, perhaps
 			// acknowledged already) is on its way into the cache.

@@ -456,3 +456,87 @@ func TestConversations(t *testing.T) {
 		})
 	}
 }
+
+// TestRoute: where a conversation on a lane sends each request: on its
+// lane, to the lane of another state (SELECT, HELLO), or to its own
+// connection; and the state its own connection is given (setup).
+func TestRoute(t *testing.T) {
+	cache, err := hotcache.New(hotcache.Config{Capacity: 64, MaxBytes: 1 << 20, MaxValue: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	det, err := detector.New(detector.Config{Threshold: 1, Loops: 1}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Loops: 1, Multiplex: true}, cache, detector.NewAdmission(det, time.Now()), quietFencer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := srv.loopFor(fakeLoop{})
+	home := shareKey{gen: 7, db: 0, proto: 2}
+	tests := []struct {
+		req  string
+		want decision
+		to   shareKey // for decideSwitch
+	}{
+		{"GET k", decideForward, home},
+		{"HGET h f", decideForward, home},
+		{"SET k v", decideForward, home},
+		{"CLIENT SETNAME app", decideForward, home},
+		{"SELECT 0", decideForward, home},
+		{"SELECT x", decideForward, home},  // refused: no change
+		{"SELECT -1", decideForward, home}, // refused: no change
+		{"HELLO", decideForward, home},
+		{"HELLO 4", decideForward, home}, // -NOPROTO: no change
+		{"HELLO 2", decideForward, home},
+		{"SELECT 5", decideSwitch, shareKey{gen: 7, db: 5, proto: 2}},
+		{"HELLO 3", decideSwitch, shareKey{gen: 7, db: 0, proto: 3}},
+		{"MULTI", decideOwn, home},
+		{"WATCH k", decideOwn, home},
+		{"BLPOP l 0", decideOwn, home},
+		{"AUTH pw", decideOwn, home},
+		{"HELLO 3 AUTH u p", decideOwn, home},
+		{"CLIENT ID", decideOwn, home},
+		{"SUBSCRIBE c", decideOwn, home},
+		{"WAIT 1 0", decideOwn, home},
+		{"QUIT", decideOwn, home},
+		{"NOSUCHCOMMAND x", decideOwn, home},
+	}
+	for _, tt := range tests {
+		cv := newConversation(&srv.convEnv, &l.loopEnv)
+		cv.shared, cv.gen, cv.on = true, home.gen, home
+		cv.parser.SetHold(laneHold)
+		in := cmds(tt.req)
+		if n, r := cv.parser.Parse([]byte(in)); r != resp.Complete || n != len(in) {
+			t.Fatalf("%s: parse (%d, %d)", tt.req, n, r)
+		}
+		_, _, d := cv.route(cv.parser.Args(), cv.parser.Argc())
+		if d != tt.want || d == decideSwitch && cv.want != tt.to {
+			t.Errorf("%s: got %d (want state %+v), want %d (%+v)", tt.req, d, cv.want, tt.want, tt.to)
+		}
+		if cv.sent.len() != 0 {
+			t.Errorf("%s: routing queued %d requests, want none", tt.req, cv.sent.len())
+		}
+	}
+	// A confirmed state that is no longer the lane's (a SELECT refused on
+	// the lane of the db it asked for) goes back to its lane.
+	cv := newConversation(&srv.convEnv, &l.loopEnv)
+	cv.shared, cv.gen, cv.on = true, home.gen, shareKey{gen: 7, db: 99, proto: 2}
+	cv.parser.Parse([]byte(cmds("GET k")))
+	if _, _, d := cv.route(cv.parser.Args(), cv.parser.Argc()); d != decideSwitch || cv.want != home {
+		t.Errorf("GET on the lane of another db: got %d to %+v, want decideSwitch to %+v", d, cv.want, home)
+	}
+	// Its own connection gets its db, protocol, name, library, and a
+	// PUBLISH past its writes on lanes.
+	cv.db, cv.proto, cv.name, cv.libName, cv.libVer, cv.laneWrote = 3, 3, "app", "go-redis", "9", true
+	got := string(cv.setup(nil))
+	want := cmds("SELECT 3", "HELLO 3", "CLIENT SETNAME app", "CLIENT SETINFO LIB-NAME go-redis", "CLIENT SETINFO LIB-VER 9") +
+		string(resp.AppendCommand(nil, []byte("PUBLISH"), []byte("__cicada__:wait"), []byte{}))
+	if got != want || cv.sent.len() != 6 || cv.sent.front().kind != expectSetup {
+		t.Errorf("setup: %q with %d requests queued, want %q and 6 expectSetup", got, cv.sent.len(), want)
+	}
+	for cv.sent.len() > 0 {
+		cv.dequeue()
+	}
+}

@@ -1,12 +1,5 @@
 package proxy
 
-import (
-	"sync"
-	"time"
-
-	"go.uber.org/zap"
-)
-
 // Descriptors. Each client holds two (its connection and its upstream
 // connection); beyond those the proxy needs a bounded number, which
 // MaxClientsFor reserves, so that accept(2) never fails for want of one:
@@ -50,31 +43,3 @@ func MaxClientsFor(openFiles uint64, loops, others int) int {
 	return int(min((openFiles-reserved)/2, 1<<30))
 }
 
-// burstEvery is how often, at most, a burst of failures is logged.
-const burstEvery = 10 * time.Second
-
-// burstLog logs failures that come in bursts (a pool of clients
-// connecting while Redis is down) once per burst: the first at once,
-// then at most one line per burstEvery, each with the number of failures
-// since the line before. Safe from any goroutine.
-type burstLog struct {
-	mu       sync.Mutex // guards the following
-	last     time.Time  // when the last line was written; zero before the first
-	unlogged int        // failures since then
-}
-
-// note counts one failure at now and logs it if no line was written for
-// burstEvery.
-func (b *burstLog) note(log *zap.Logger, err error, now time.Time) {
-	b.mu.Lock()
-	b.unlogged++
-	if !b.last.IsZero() && now.Sub(b.last) < burstEvery {
-		b.mu.Unlock()
-		return
-	}
-	n := b.unlogged
-	b.last, b.unlogged = now, 0
-	b.mu.Unlock()
-	log.Warn("upstream connection failed; client closed", zap.Error(err), zap.Int("clients", n),
-		zap.Duration("next_report_after", burstEvery))
-}

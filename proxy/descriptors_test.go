@@ -96,7 +96,7 @@ func TestNoDialForAClientThatLeft(t *testing.T) {
 	srv := &Server{cfg: Config{Upstream: ln.Addr().String()}, dials: make(chan struct{}, DialsInFlight)}
 	s := &session{srv: srv}
 	s.left.Store(true)
-	srv.dial(s, nil) // returns before it needs the client's loop
+	s.dial() // returns before it needs the client's loop
 	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(100 * time.Millisecond))
 	if c, err := ln.Accept(); err == nil {
 		c.Close()

@@ -17,7 +17,8 @@
 //	session (session.go, limits.go)     the gnet adapter of one client connection:
 //	  │  halfConn (half.go)             reads, writes, closes, half-closes, limits,
 //	  │  loopState (loop.go)            timers, HOTKEYS (hotkeys_acl.go); the
-//	  │                                 loop's sessions and their sweep
+//	  │  lane (lane.go)                 loop's sessions and their sweep; the
+//	  │  dials (dial.go)                loop's lanes, shared upstream connections
 //	  ▼
 //	conversation (conv_state.go,        the connection's state as Redis confirmed it
 //	  conversation.go, conv_reply.go)   and the rules on requests and replies; no

@@ -246,6 +246,9 @@ type loopStats struct {
 	fills      atomic.Uint64 // fills kept
 	unsettled  atomic.Uint64 // hits forwarded: a notification was not yet applied
 	inflight   atomic.Int64  // requests awaiting a reply
+	lanes      atomic.Int64  // lanes enrolled and not closed (lane.go)
+	own        atomic.Int64  // sessions' own upstream connections open
+	pins       atomic.Uint64 // clients moved from lanes to a connection of their own
 	upstream   latencyHist   // forwarded request to its reply, one per round trip per connection
 	_          [64]byte
 }

@@ -107,8 +107,15 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 // then the rest of its bytes unframed (a paused request, an incomplete
 // one, which Redis sees incomplete too), and shuts the upstream
 // connection down for writing: Redis reads the EOF the client sent.
+//
+// A client on a lane first gets a connection of its own, once its
+// replies on the lane are in: that connection reads the EOF, as the
+// client's own would have.
 func (h *halfConn) progress() {
 	s := h.s
+	if s.shared && !s.closing() && !s.released() && s.sent.len() == 0 && s.pause != pauseRoute {
+		s.el.pin(s) // onUpstreamOpen comes back here
+	}
 	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() {
 		return
 	}

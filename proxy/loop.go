@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"time"
+
+	"github.com/panjf2000/gnet/v2"
 )
 
 // loopState is an event loop's state: what its conversations share
@@ -9,7 +11,8 @@ import (
 // goroutine (stats are atomics read by metrics).
 type loopState struct {
 	loopEnv
-	upv   [][]byte // bytes to forward upstream
+	evl   gnet.EventLoop // for dials and timers
+	upv   [][]byte       // bytes to forward upstream
 	downv [][]byte // reply bytes to pass to the client
 	// heavy are this loop's sessions that held at least heavyBytes at a
 	// check, until their client connection's OnClose; grown counts bytes
@@ -25,6 +28,11 @@ type loopState struct {
 	// hkFree are spare hot-key records of forwarded requests (hotkeys.go),
 	// reused so that a HOTKEYS session does not allocate per request.
 	hkFree []*hkReq
+	// lanes are the loop's shared upstream connections by state (lane.go);
+	// denied are the rules generations under which Redis does not
+	// authenticate a fresh connection, for which no lane is dialed.
+	lanes  map[shareKey]*lane
+	denied map[uint64]bool
 }
 
 // Idle connections give back what a burst grew, as Redis shrinks the
@@ -63,13 +71,20 @@ func (l *loopState) unregister(s *session) {
 }
 
 // shrinkIdle shrinks the sessions of the loop that have been idle since
-// before now - shrinkIdleAfter (coarse clock). On the loop.
-func (l *loopState) shrinkIdle(now int64) {
+// before now - shrinkIdleAfter (coarse clock), closes the clients on
+// lanes that sent nothing for longer than Redis's timeout (0: none), as
+// Redis would have closed their own connections (their lanes keep none),
+// and closes the lanes that carried nothing for laneIdle. On the loop.
+func (l *loopState) shrinkIdle(now int64, timeout time.Duration) {
 	for _, s := range l.sessions {
 		if now-s.lastForward >= int64(shrinkIdleAfter) {
 			s.shrink()
 		}
+		if timeout > 0 && s.shared && s.sent.len() == 0 && s.life == clientOpen && now-s.lastRead > int64(timeout) {
+			s.closeWhenFlushed() // Redis frees an idle client without a word
+		}
 	}
+	l.closeIdle(now)
 }
 
 // addHeld changes what the loop's heavy clients hold by d bytes, in the

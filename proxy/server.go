@@ -11,7 +11,6 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/detector"
@@ -80,6 +79,13 @@ type Config struct {
 	// changes. nil: HOTKEYS is answered without an ACL check (tests,
 	// embedders without ACL users).
 	ACLUser func(ctx context.Context, name string) (hotkeys.UserACL, error)
+	// Multiplex sends the requests of clients whose connection is in a
+	// state an upstream connection can share (a fresh connection's, or
+	// another db or protocol) on a few upstream connections per event
+	// loop (lanes, lane.go), and gives a client a connection of its own
+	// from its first request that needs one (command.Sharing). false: one
+	// upstream connection per client, dialed when it connects.
+	Multiplex bool
 	// AddrMap rewrites the node addresses Redis Cluster announces in
 	// CLUSTER SLOTS, SHARDS, NODES, REPLICAS and -MOVED/-ASK replies into
 	// the sidecars' (cluster.AddrMap); nil or empty rewrites nothing.
@@ -299,7 +305,7 @@ func (srv *Server) loopFor(el gnet.EventLoop) *loopState {
 	l, ok := srv.loops[el]
 	if !ok {
 		l = &loopState{loopEnv: loopEnv{idx: len(srv.order) % srv.det.Loops(), stats: &loopStats{}, peek: make([]byte, unappliedPeek)},
-			heavy: map[*session]struct{}{}}
+			evl: el, heavy: map[*session]struct{}{}}
 		srv.loops[el] = l
 		srv.order = append(srv.order, l)
 	}
@@ -312,11 +318,15 @@ func (srv *Server) loopList() []*loopState {
 	return append([]*loopState(nil), srv.order...)
 }
 
-// OnOpen starts a session for a client (dialing Redis off the loop) or links
-// an enrolled upstream connection to its session.
+// OnOpen starts a session for a client (on a lane, or dialing Redis off
+// the loop) or links an enrolled upstream connection to its session or
+// lane.
 func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	if u, ok := c.Context().(*upstreamLink); ok {
-		return nil, u.s.onUpstreamOpen(c)
+	switch v := c.Context().(type) {
+	case *upstreamLink:
+		return nil, v.s.onUpstreamOpen(c)
+	case *lane:
+		return nil, v.onOpen(c)
 	}
 	if srv.draining.Load() {
 		return nil, gnet.Close
@@ -333,84 +343,19 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	c.SetContext(s)
 	srv.conns.Add(1)
 	srv.connsTotal.Add(1)
-	go srv.dial(s, c)
+	s.lastRead = srv.clock.Load()
+	if srv.cfg.Multiplex {
+		// On the lane of a fresh connection's state, from its first
+		// request (lane.go).
+		s.shared, s.gen = true, s.freshGen
+		s.parser.SetHold(laneHold)
+		return nil, gnet.None
+	}
+	s.upLife = upDialing
+	go s.dial()
 	return nil, gnet.None
 }
 
-// maxClientsReply is Redis's reply to a connection over maxclients.
-var maxClientsReply = []byte("-ERR max number of clients reached\r\n")
-
-// dial connects the upstream of the session of client c and enrolls it
-// on c's loop. Runs on its own goroutine: never dial on a loop. At most
-// DialsInFlight run at once (srv.dials), so that their descriptors fit in
-// what MaxClientsFor reserves; a client that left while its dial waited
-// its turn gets none (a storm of clients connecting and closing at once
-// would otherwise queue dials, goroutines and memory without bound, and
-// delay every new client behind them).
-func (srv *Server) dial(s *session, c gnet.Conn) {
-	srv.dials <- struct{}{}
-	if s.left.Load() {
-		<-srv.dials
-		return
-	}
-	err := srv.enrollUpstream(s, c.EventLoop())
-	<-srv.dials
-	if err == nil {
-		return
-	}
-	srv.upstreamErrors.Add(1)
-	reply := dialFailureReply(err)
-	srv.dialFailures.note(srv.log, err, time.Now())
-	// On the loop: the client may have shut down its side meanwhile (half.go).
-	err = c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		if !s.closing() {
-			s.life = clientClosing
-			if reply != nil {
-				_, _ = s.client.Write(reply)
-			}
-			_ = s.client.Close()
-		}
-		return nil
-	}))
-	if err != nil {
-		_ = c.Close() // the engine is stopping; safe from any goroutine
-	}
-}
-
-// dialFailureReply is what a client whose upstream dial failed with err
-// gets before its connection is closed. Out of descriptors, Cicada is out
-// of room for clients: Redis's reply to a client over its maxclients
-// (which clients retry). Otherwise Redis is down or unreachable: nothing,
-// as a connection to a Redis that went away gets nothing (a client of a
-// Redis that is down has its connection refused, which Cicada, having
-// accepted it, cannot do; an error reply would reach the application as
-// Redis's answer to its command).
-func dialFailureReply(err error) []byte {
-	if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
-		return maxClientsReply
-	}
-	return nil
-}
-
-// enrollUpstream dials Redis and enrolls the connection on loop el for
-// session s. It returns once gnet has closed the dialed socket, keeping
-// only its duplicate (gnet's Enroll closes it after the result is sent,
-// and closes the channel after that).
-func (srv *Server) enrollUpstream(s *session, el gnet.EventLoop) error {
-	nc, err := srv.dialer.Dial("tcp", srv.cfg.Upstream)
-	if err != nil {
-		return err
-	}
-	ch, err := el.Enroll(gnet.NewContext(context.Background(), s.upLink), nc)
-	if err != nil {
-		_ = nc.Close()
-		return err
-	}
-	r := <-ch
-	for range ch { // closed once the dialed socket is
-	}
-	return r.Err
-}
 
 // OnTraffic dispatches to the client or upstream side of a session.
 func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
@@ -419,6 +364,8 @@ func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 		return v.onClientTraffic()
 	case *upstreamLink:
 		return v.s.onUpstreamTraffic()
+	case *lane:
+		return v.onTraffic()
 	}
 	return gnet.Close
 }
@@ -431,6 +378,8 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.onClientClose(c, err)
 	case *upstreamLink:
 		v.s.onUpstreamClose(c)
+	case *lane:
+		v.onClose(c)
 	}
 	return gnet.None
 }
@@ -444,11 +393,11 @@ func (srv *Server) sweepLoops() {
 		loops[el] = l
 	}
 	srv.loopsMu.Unlock()
-	now := srv.clock.Load()
+	now, timeout := srv.clock.Load(), srv.settings.IdleTimeout()
 	for el, l := range loops {
 		// Fails only once the engine is stopping: nothing to shrink then.
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			l.shrinkIdle(now)
+			l.shrinkIdle(now, timeout)
 			return nil
 		}))
 	}

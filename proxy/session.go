@@ -7,7 +7,6 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/cicada-proxy/cicada/cluster"
 	"github.com/cicada-proxy/cicada/hotkeys"
@@ -45,9 +44,15 @@ type session struct {
 	el         *loopState // the event loop's state; the conversation sees its loopEnv
 	loopIdx    int        // in el.sessions
 	client     clientConn
-	up         gnet.Conn // nil until the upstream connection is enrolled
+	up         gnet.Conn // its own upstream connection; nil until one is enrolled
 	life       clientLife
 	upLife     upLife
+	// lane is the lane its requests go on while the conversation is
+	// shared (lane.go): the one they are in flight on, if any.
+	lane *lane
+	// lastRead is the coarse clock when the client last sent bytes: Cicada
+	// applies Redis's timeout to a client on a lane (shrinkIdle).
+	lastRead int64
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	upLink     *upstreamLink
@@ -96,17 +101,20 @@ const (
 	clientGone
 )
 
-// upLife is where the upstream connection of a session is in its life.
+// upLife is where the session's own upstream connection is in its life.
 // It only moves forward:
 //
-//	upDialing ─► upOpen ─► upShut ─► upInvalid ─► upClosed
+//	upNone ─► upDialing ─► upOpen ─► upShut ─► upInvalid ─► upClosed
 //
 // skipping any state but the last.
 type upLife uint8
 
 const (
+	// upNone: no connection of its own yet: its requests go on lanes
+	// (lane.go).
+	upNone upLife = iota
 	// upDialing: session.up is nil; the dial waits its turn or runs.
-	upDialing upLife = iota
+	upDialing
 	// upOpen: enrolled; requests written, replies framed.
 	upOpen
 	// upShut: shut down for writing once the half-closed client's last
@@ -166,10 +174,11 @@ func (s *session) onClientTraffic() gnet.Action {
 		s.closeWhenFlushed()
 		return gnet.None
 	}
+	s.lastRead = s.srv.clock.Load()
 	if s.overInputLimits() {
 		return gnet.None
 	}
-	if s.up == nil || s.pause != pauseNone || s.srv.draining.Load() {
+	if (!s.shared && s.up == nil) || s.pause != pauseNone || s.srv.draining.Load() {
 		return gnet.None // bytes stay buffered in gnet until we can use them
 	}
 	s.processClient()
@@ -223,11 +232,27 @@ func (s *session) processClient() {
 		return
 	}
 	l := s.el
+	if s.shared && s.lane != nil && s.lane.life == laneClosed {
+		s.lane, s.on = nil, shareKey{} // it died with nothing of ours in flight: take another
+	}
+	if s.shared && s.sent.len() == 0 && s.on != s.shareKey() && !l.switchLane(s, s.shareKey()) {
+		// Nothing is parsed before the client has the lane of its state
+		// (its first request included: a fresh connection's requests are
+		// served, refused or closed as Redis would, see
+		// lane.setupReplied), or has been given its own connection.
+		return
+	}
+	if s.shared && s.lane != nil && s.lane.full() {
+		s.pause = pauseRoute // Redis is behind on the lane: wait for it (lane.poll)
+		s.lane.wait(s)
+		return
+	}
 	l.out = l.out[:0]
 	l.upv = l.upv[:0]
 	l.inject = l.inject[:0]  // upv holds parts of it until the Writev below
 	l.unappliedAsked = false // these requests were sent before this read: ask again
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
+	queued := s.queuedN      // the batch's replies to come are the requests it queues
 	if s.input != inputOpen {
 		// Redis reads nothing after a protocol error or QUIT.
 		if held {
@@ -237,7 +262,7 @@ func (s *session) processClient() {
 		}
 		return
 	}
-	for off < len(buf) && s.pause == pauseNone && s.input == inputOpen && !s.closing() {
+	for off < len(buf) && s.pause == pauseNone && s.input == inputOpen && !s.closing() && !s.released() {
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -248,7 +273,20 @@ func (s *session) processClient() {
 			}
 			off += n
 			continue
+		case resp.Oversize:
+			if s.shared {
+				// Too large for a lane: it goes on the client's own
+				// connection, parsed again there (unheld).
+				s.route(decideOwn)
+			}
+			continue // a command held before its client left its lane: parsed again unheld
 		case resp.ProtocolError:
+			if s.shared {
+				// Redis closes the connection that sends it: the client's
+				// own, where it is parsed again.
+				s.route(decideOwn)
+				continue
+			}
 			// Redis gets the bytes it needs to see the same error, replies
 			// and closes. Sending more would make it reset the connection
 			// with unread input, and its reply could be lost.
@@ -279,6 +317,9 @@ func (s *session) processClient() {
 					s.pause = pauseReplies
 				}
 				continue
+			case decideOwn, decideSwitch:
+				s.route(d) // parsed again on the connection it needs, or paused
+				continue
 			case decideLocal:
 				off += n
 				fwd = off
@@ -292,6 +333,9 @@ func (s *session) processClient() {
 				off += n
 				l.upv = append(l.upv, buf[fwd:off], l.injected)
 				fwd = off
+				if len(l.upv) >= maxUpv {
+					s.forward(&queued)
+				}
 				continue
 			}
 			off += n
@@ -306,12 +350,7 @@ func (s *session) processClient() {
 		off = len(buf) // dropped, as Redis does
 	}
 	s.flushOut()
-	if len(l.upv) > 0 && !s.released() {
-		s.lastForward = s.srv.clock.Load()
-		if _, err := s.up.Writev(l.upv); err != nil {
-			s.srv.log.Debug("upstream write failed", zap.Error(err))
-		}
-	}
+	s.forward(&queued)
 	switch {
 	case s.closing():
 	case held:
@@ -328,6 +367,56 @@ func (s *session) processClient() {
 	}
 }
 
+// maxUpv bounds the slices gathered for one Writev upstream, as maxDownv
+// does toward the client: a pipeline that fills many keys adds two per
+// fill (its GET, then Cicada's PTTL).
+const maxUpv = 512
+
+// forward writes the bytes the batch gathered for Redis: on the session's
+// lane, which then owes it a reply for each request queued since queued
+// (the queuedN of the last forward), or on its own connection.
+func (s *session) forward(queued *uint64) {
+	l := s.el
+	if len(l.upv) > 0 && !s.released() {
+		s.lastForward = s.srv.clock.Load()
+		if s.shared {
+			s.lane.send(s, l.upv, int(s.queuedN-*queued))
+		} else if _, err := s.up.Writev(l.upv); err != nil {
+			s.srv.log.Debug("upstream write failed", zap.Error(err))
+		}
+	}
+	*queued = s.queuedN
+	l.upv = l.upv[:0]
+	l.inject = l.inject[:0] // written: Writev copied what the socket did not take
+}
+
+// route handles a request the conversation could not decide where it is
+// (decideOwn, decideSwitch): with replies in flight it waits for them
+// (they are on the lane it is on); then it moves to the lane it asked for
+// and is parsed again at once if that lane is open, or waits
+// (pauseRoute) for the lane or for a connection of its own.
+func (s *session) route(d decision) {
+	switch {
+	case s.sent.len() > 0:
+		s.pause = pauseReplies
+	case d == decideSwitch:
+		s.el.switchLane(s, s.want)
+	default:
+		s.el.pin(s)
+	}
+}
+
+// repliesIn runs when a lane has delivered every reply it owed s: s
+// parses what waited for them, or, half-closed, goes on toward its own
+// connection (halfConn.progress).
+func (s *session) repliesIn() {
+	if h, half := s.client.(*halfConn); half && s.shared {
+		h.progress()
+		return
+	}
+	s.resume(pauseReplies)
+}
+
 // localFlush is how many bytes of local answers a batch collects before
 // writing them to the client (and checking its output limits).
 const localFlush = 64 << 10
@@ -342,12 +431,25 @@ func (s *session) flushOut() {
 	l.out = l.out[:0]
 }
 
-// onUpstreamOpen links the enrolled upstream connection to the session.
+// onUpstreamOpen links the session's own enrolled upstream connection to
+// it. A client that was on lanes first has the connection given its
+// state (conversation.setup) before anything else goes on it.
 func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
-	if s.closing() {
+	if s.closing() || s.upLife == upClosed {
 		return gnet.Close
 	}
 	s.up, s.upLife = c, upOpen
+	s.el.stats.own.Add(1)
+	if s.pause == pauseRoute {
+		s.pause = pauseNone
+		if b := s.setup(nil); len(b) > 0 {
+			s.pause = pauseSetup
+			if _, err := c.Write(b); err != nil {
+				return gnet.Close
+			}
+			return gnet.None
+		}
+	}
 	if h, half := s.client.(*halfConn); half {
 		h.progress()
 	} else {
@@ -384,7 +486,24 @@ func (s *session) finishClose() {
 // client is closed at once: Redis read its EOF and freed it, dropping any
 // reply not yet written, and so does Cicada.
 func (s *session) onUpstreamClose(c gnet.Conn) {
+	if s.upLife >= upOpen {
+		s.el.stats.own.Add(-1)
+	}
 	s.salvage(c)
+	s.upstreamEnded()
+}
+
+// laneLost ends the session whose replies in flight a lane lost (lane.go):
+// its own connection would have died with them.
+func (s *session) laneLost() {
+	if !s.released() {
+		s.upstreamEnded()
+	}
+}
+
+// upstreamEnded ends the session once Redis closed its connection, after
+// the replies Redis sent before.
+func (s *session) upstreamEnded() {
 	s.end(false)
 	if s.life == clientHalf {
 		s.life = clientClosing
@@ -440,14 +559,24 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 		return gnet.Close
 	}
 	buf, _ := s.up.Peek(-1)
-	off, ok := s.fromUpstream(buf)
+	off, _, ok := s.fromUpstream(buf, 0)
 	if !ok {
+		s.upLife = upInvalid
 		return gnet.Close
 	}
 	if off > 0 { // gnet's Discard(0) discards everything
 		_, _ = s.up.Discard(off)
 	}
+	if s.setupFailed && !s.closing() {
+		// Redis refused the client's state on its own connection (its db,
+		// protocol, name): nothing can be sent on it for the client.
+		s.srv.log.Warn("a client's own connection could not be given the state it had on a lane; client closed",
+			zap.String("client", s.client.RemoteAddr().String()))
+		s.closeWhenFlushed()
+		return gnet.None
+	}
 	s.resume(pauseReplies)
+	s.resume(pauseSetup)
 	return gnet.None
 }
 
@@ -455,7 +584,9 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 // more (no reply outstanding, both connections open, no drain), and parses
 // what waited, starting with the request that paused.
 func (s *session) resume(p pause) {
-	if s.pause != p || s.sent.len() > 0 || s.closing() || s.released() || s.srv.draining.Load() {
+	// A client waiting for a lane's backlog to fall may have requests in
+	// flight on it; every other pause is left with none.
+	if s.pause != p || (s.sent.len() > 0 && p != pauseRoute) || s.closing() || s.released() || s.srv.draining.Load() {
 		return
 	}
 	s.pause = pauseNone
@@ -478,15 +609,18 @@ func (s *session) fillWoken(gnet.Conn, error) error {
 	return nil
 }
 
-// fromUpstream frames buf, every byte Redis sent that the last call did not
-// consume, writes the client's part of it to the client, and returns how
-// many bytes it consumed (all but a partial header line at the end).
-// ok=false: the stream is not RESP; nothing more can be framed.
-func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
+// fromUpstream frames buf, every byte Redis sent for the session that the
+// last call did not consume, writes the client's part of it to the
+// client, and returns how many bytes it consumed (all but a partial
+// header line at the end) and how many frames it completed, at most
+// limit when limit > 0 (a lane's bytes beyond are other sessions').
+// ok=false: the stream is not RESP; nothing more can be framed. A
+// released session's replies are framed and dropped.
+func (s *session) fromUpstream(buf []byte, limit int) (off, frames int, ok bool) {
 	l := s.el
 	l.downv = l.downv[:0]
 	fwd := 0 // bytes [fwd, off) go to the client
-	for off < len(buf) {
+	for off < len(buf) && (limit <= 0 || frames < limit) {
 		if s.opacity == opaque {
 			off = len(buf)
 			break
@@ -510,14 +644,13 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			s.srv.log.Error("invalid reply from upstream; closing the connection",
 				zap.Error(err), zap.String("client", s.client.RemoteAddr().String()))
 			s.srv.upstreamErrors.Add(1)
-			s.upLife = upInvalid
 			// The replies before it are the client's, as if Redis had
 			// closed the connection after them.
 			if off > fwd && !s.reply.withheld() {
 				s.down(buf[fwd:off])
 			}
 			s.flushDown()
-			return off, false
+			return off, frames, false
 		}
 		if s.reply == replyCapture {
 			s.captureBytes(buf[off : off+n])
@@ -546,6 +679,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 			break
 		}
 		s.onFrame(s.framer.Frame())
+		frames++
 		switch m := s.srv.cfg.AddrMap; s.reply {
 		case replyRewriteTopology:
 			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))
@@ -570,7 +704,7 @@ func (s *session) fromUpstream(buf []byte) (off int, ok bool) {
 		s.down(buf[fwd:off])
 	}
 	s.flushDown()
-	return off, true
+	return off, frames, true
 }
 
 // maxDownv bounds the slices gathered for one Writev: the kernel refuses
@@ -617,21 +751,8 @@ func (s *session) salvage(c gnet.Conn) {
 	if s.released() || s.closing() || s.upLife == upInvalid {
 		return
 	}
-	pending, _ := c.Peek(-1) // a partial header line fromUpstream left
-	var buf []byte
-	chunk := make([]byte, 16<<10)
-	for len(buf) < salvageMax {
-		n, err := unix.Read(c.Fd(), chunk)
-		if n <= 0 || err != nil {
-			break
-		}
-		if buf == nil {
-			buf = append(buf, pending...)
-		}
-		buf = append(buf, chunk[:n]...)
-	}
-	if buf != nil {
-		_, _ = s.fromUpstream(buf)
+	if buf := unread(c); buf != nil {
+		_, _, _ = s.fromUpstream(buf, 0)
 	}
 }
 
@@ -683,7 +804,7 @@ func (s *session) onRequestCounted(n int) decision {
 		ns = int64(time.Since(t0))
 	}
 	switch d {
-	case decidePause:
+	case decidePause, decideOwn, decideSwitch:
 		return d // counted when it is parsed again
 	case decideLocal:
 		s.srv.hk.Record(l.idx, tk, key, uint64(n+len(l.out)-outBefore), ns)

@@ -99,7 +99,8 @@ type RequestParser struct {
 	captureArg   int64
 	captureTotal int
 	captureArgs  int
-	hold         int // bytes; 0: streaming (see SetHold)
+	hold         int // bytes, for the command in progress; 0: streaming (see SetHold)
+	holdNext     int // hold of the commands that start from now on
 
 	// Command in progress: kept from the call that starts it to the one
 	// that ends it (Complete, Empty, ProtocolError). Offsets are into the
@@ -137,7 +138,8 @@ type RequestParser struct {
 // parsed with strchr on both. Call before the first Parse.
 func (p *RequestParser) SetNulVisible(on bool) { p.nulVisible = on }
 
-// SetHold sets hold mode for the commands that start after the call: with
+// SetHold sets hold mode for the commands that start after the call (a
+// command in progress keeps its mode until it ends): with
 // max > 0 no byte of a command is consumed before it is complete
 // (arguments too big to capture are skipped, not streamed, and a
 // multibulk header is not consumed early), and a command of more than max
@@ -146,7 +148,7 @@ func (p *RequestParser) SetNulVisible(on bool) { p.nulVisible = on }
 // at most proto-max-bulk-len's minimum (1 MiB), so Redis refuses none of
 // the commands held by their size. max = 0 turns hold mode off
 // (streaming, the default).
-func (p *RequestParser) SetHold(max int) { p.hold = max }
+func (p *RequestParser) SetHold(max int) { p.holdNext = max }
 
 // NewRequestParser returns a parser for one connection.
 func NewRequestParser() *RequestParser {
@@ -207,6 +209,7 @@ func (p *RequestParser) Parse(b []byte) (n int, r Result) {
 		n = p.pos
 	} else {
 		p.reset()
+		p.hold = p.holdNext
 		if len(b) == 0 {
 			return 0, NeedMore
 		}

@@ -157,6 +157,11 @@ type Config struct {
 	// it, like Redis's client-query-buffer-limit. At least 1mb
 	// (1048576), Redis's minimum.
 	ClientQueryBufferLimit int64
+	// Multiplex shares upstream connections (lanes) between clients whose
+	// connections are in one state, each client moving to a connection
+	// of its own at its first request that needs one (proxy.Config.Multiplex);
+	// false: one upstream connection per client.
+	Multiplex bool
 	// MaxClients is how many client connections may be open at once, like
 	// Redis's maxclients. Lowered at start to what the
 	// open-file limit allows (proxy.MaxClientsFor), as Redis
@@ -250,6 +255,8 @@ var settings = []setting{
 		usage: "how often INFO commandstats is read to see ACL, requirepass, SWAPDB or DEBUG changes made on Redis directly (10ms to 1m)"},
 	{key: "client-query-buffer-limit", field: func(c *Config) any { return &c.ClientQueryBufferLimit }, def: byteSize(proxy.DefaultQueryBufferLimit), bound: &bound{lo: minQueryBufferLimit, hi: math.MaxInt64, note: "Redis's minimum"},
 		usage: "bytes a client's requests may hold in Cicada until Redis answers them (unparsed, waiting to be sent, in flight) before it is closed"},
+	{key: "multiplex", field: func(c *Config) any { return &c.Multiplex }, def: true,
+		usage: "share upstream connections between clients in one state (db, protocol, the default user); false = one upstream connection per client"},
 	{key: "maxclients", field: func(c *Config) any { return &c.MaxClients }, def: proxy.DefaultMaxClients, bound: &bound{lo: 1, hi: math.MaxInt},
 		usage: "client connections open at once; more are refused as Redis refuses them (lowered to what the open-file limit allows)"},
 	{key: "max-client-memory", field: func(c *Config) any { return &c.MaxClientMemory }, def: byteSize(1 << 30), bound: &bound{lo: 0, hi: math.MaxInt64},

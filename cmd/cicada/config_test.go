@@ -60,6 +60,7 @@ func TestDefaults(t *testing.T) {
 		ShutdownTimeout:        10 * time.Second,
 		CommandstatsInterval:   100 * time.Millisecond,
 		ClientQueryBufferLimit: 1 << 30,
+		Multiplex:              true,
 		MaxClients:             10000,
 		MaxClientMemory:        1 << 30,
 		LogLevel:               "info",

@@ -181,6 +181,7 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 		DialTimeout:      cfg.DialTimeout,
 		QueryBufferLimit: cfg.ClientQueryBufferLimit,
 		MaxClients:       maxClients,
+		Multiplex:        cfg.Multiplex,
 		MaxClientMemory:  cfg.MaxClientMemory,
 		Logger:           log.Named("proxy"),
 		ACLUser:          sub.ACLUser,

@@ -5,6 +5,7 @@ package cicadatest
 import (
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -36,6 +37,11 @@ type Options struct {
 	CheckInterval time.Duration
 	// MaxClientMemory is proxy.Config's; default 0, no bound.
 	MaxClientMemory int64
+	// Dedicated gives every client an upstream connection of its own
+	// (--multiplex=false). By default clients share lanes as Cicada does
+	// unless told otherwise, or as the environment says: MULTIPLEX=false
+	// runs every test Cicada dedicated (make conformance runs both).
+	Dedicated bool
 	// Observe, when not nil, receives every log entry at info level and
 	// above besides the test's log (a zaptest/observer core, to assert
 	// what was logged).
@@ -87,7 +93,8 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("upstream")}, cache)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	srv, err = proxy.New(proxy.Config{Listen: addr, Upstream: redisAddr, Loops: o.Loops, DialTimeout: time.Second,
-		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser}, cache, adm, sub)
+		MaxClientMemory: o.MaxClientMemory, Logger: log.Named("proxy"), ACLUser: sub.ACLUser,
+		Multiplex: Multiplexed() && !o.Dedicated}, cache, adm, sub)
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)
 	}
@@ -112,6 +119,11 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	}
 	return p
 }
+
+// Multiplexed reports whether test Cicadas share upstream connections
+// unless a test asks otherwise (Options.Dedicated): not when the
+// environment sets MULTIPLEX=false.
+func Multiplexed() bool { return os.Getenv("MULTIPLEX") != "false" }
 
 // WaitReady waits up to 10 s for the notification subscription.
 func (p *Proxy) WaitReady(t testing.TB) {

@@ -140,10 +140,11 @@ func TestUncertainIdentity(t *testing.T) {
 	p.Compare(t, send(cmds([]string{"HELLO", "2", "AUTH", long, "pw"}, []string{"GET", "secret"})))
 }
 
-// TestMaxClients: a connection Redis refuses gets Redis's refusal, never a
-// cached value first.
+// TestMaxClients: a client with a connection of its own that Redis
+// refuses gets Redis's refusal, never a cached value first. On a lane
+// (TestMaxClientsLanes) it needs no connection Redis could refuse.
 func TestMaxClients(t *testing.T) {
-	r, p := newProxied(t, cicadatest.Options{})
+	r, p := newProxied(t, cicadatest.Options{Dedicated: true})
 	rc := client(t, p.Addr, 2)
 	mustDo(t, rc, "SET", "hot", "v")
 	warmKey(t, p, rc, "GET", "hot")
@@ -155,6 +156,32 @@ func TestMaxClients(t *testing.T) {
 	out, closed := converse(t, p.Addr, []step{send(cmds([]string{"GET", "hot"}, []string{"GET", "hot"}))}, 500*time.Millisecond)
 	if string(out) != "-ERR max number of clients reached\r\n" || !closed {
 		t.Fatalf("refused connection got %q closed=%v", out, closed)
+	}
+}
+
+// TestMaxClientsLanes: Redis's maxclients counts connections, and clients
+// on a lane share one: a client that a full Redis would refuse on a
+// connection of its own is served on a lane (docs/limits.md), and gets
+// Redis's refusal when it needs a connection of its own.
+func TestMaxClientsLanes(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes (TestMaxClients covers dedicated connections)")
+	}
+	r, p := newProxied(t, cicadatest.Options{Loops: 1}) // one lane, opened below
+	rc := client(t, p.Addr, 2)
+	mustDo(t, rc, "SET", "hot", "v")
+	direct := client(t, r.Addr, 2)
+	info := direct.Info(context.Background(), "clients").Val()
+	_, rest, _ := strings.Cut(info, "connected_clients:")
+	n, _, _ := strings.Cut(rest, "\r\n")
+	mustDo(t, direct, "CONFIG", "SET", "maxclients", n) // no room for one more
+	out, closed := converse(t, p.Addr, []step{send(cmds([]string{"GET", "hot"}, []string{"GET", "hot"}))}, 500*time.Millisecond)
+	if string(out) != "$1\r\nv\r\n$1\r\nv\r\n" || closed {
+		t.Fatalf("a client on the lane got %q closed=%v, want both values and the connection open", out, closed)
+	}
+	out, closed = converse(t, p.Addr, []step{send(cmds([]string{"MULTI"}))}, 500*time.Millisecond)
+	if string(out) != "-ERR max number of clients reached\r\n" || !closed {
+		t.Fatalf("a client needing its own connection got %q closed=%v, want Redis's refusal and the close", out, closed)
 	}
 }
 

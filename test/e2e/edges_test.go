@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,7 +244,7 @@ func TestInvalidUpstreamReply(t *testing.T) {
 			}()
 		}
 	}()
-	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true})
+	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true, Dedicated: true})
 	c, err := net.Dial("tcp", p.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -256,5 +257,84 @@ func TestInvalidUpstreamReply(t *testing.T) {
 	got, err := io.ReadAll(c)
 	if string(got) != "+OK\r\n" || err != nil {
 		t.Fatalf("through Cicada: %q then %v, want %q then the close", got, err, "+OK\r\n")
+	}
+}
+
+// TestInvalidLaneReply: a lane whose Redis sends bytes that are not RESP
+// is closed, and so is the client it owed a reply, after the replies
+// before the bad bytes, as its own connection would have been.
+func TestInvalidLaneReply(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes (TestInvalidUpstreamReply covers dedicated connections)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				// The lane's setup (CLIENT SETNAME), then the client's two PINGs.
+				for _, reply := range []string{"+OK\r\n", "+PONG\r\n*-5\r\n"} {
+					if _, err := c.Read(make([]byte, 4096)); err != nil {
+						return
+					}
+					_, _ = c.Write([]byte(reply))
+				}
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true, Loops: 1})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("PING\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if string(got) != "+PONG\r\n" || err != nil {
+		t.Fatalf("through a lane: %q then %v, want %q then the close", got, err, "+PONG\r\n")
+	}
+}
+
+// TestManyFillsInOnePipeline: a pipeline that fills more keys than a
+// writev takes slices (each fill sends its GET and a PTTL of Cicada's)
+// reaches Redis whole, on a lane and on a connection of its own: more
+// than IOV_MAX (1024) slices in one writev fail it, and gnet closes the
+// connection.
+func TestManyFillsInOnePipeline(t *testing.T) {
+	const keys = 1500
+	for _, dedicated := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lanes", true: "dedicated"}[dedicated], func(t *testing.T) {
+			p := newPair(t, nil, cicadatest.Options{Dedicated: dedicated, Loops: 1})
+			var gets [][]string
+			for _, addr := range []string{p.Direct.Addr, p.Behind.Addr} {
+				rc := client(t, addr, 2)
+				pipe := rc.Pipeline()
+				for i := range keys {
+					pipe.Set(context.Background(), "k"+strconv.Itoa(i), i, 0)
+				}
+				if _, err := pipe.Exec(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range keys {
+				gets = append(gets, []string{"GET", "k" + strconv.Itoa(i)})
+			}
+			p.Compare(t, send(cmds(gets...)), send(cmds(gets...)))
+			if fills := metric(t, p.Proxy, "cicada_cache_fills_total", ""); fills < keys/2 {
+				t.Errorf("%v fills, want most of the %d keys filled: the test did not fill them in one pipeline", fills, keys)
+			}
+		})
 	}
 }

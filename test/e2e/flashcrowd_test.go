@@ -150,9 +150,12 @@ func readyConn(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 // not flag it blocking), or a write held by CLIENT PAUSE WRITE, while
 // Redis serves reads. Found by the adversarial review of the fill change:
 // the second GET hung for as long as the first connection's WAIT.
+// Dedicated connections: on a lane, a write CLIENT PAUSE WRITE holds
+// holds every request behind it, another client's too (docs/limits.md,
+// cross-client timing).
 func TestNoWaitForHeldBackFill(t *testing.T) {
 	r := redistest.Start(t)
-	p := cicadatest.Start(t, r.Addr, cicadatest.Options{Loops: 1})
+	p := cicadatest.Start(t, r.Addr, cicadatest.Options{Loops: 1, Dedicated: true})
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr, DisableIdentity: true})
 	defer rc.Close()
 	ctx := context.Background()

@@ -1,0 +1,444 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/cicada-proxy/cicada/resp"
+)
+
+// Lanes: upstream connections an event loop shares between its clients.
+//
+// One upstream connection per client makes Redis read and write once per
+// client per request. A lane carries the requests of every client of its
+// loop whose connection is in the lane's state (shareKey: the fresh
+// identity of a rules generation, a db, a protocol), so Redis reads many
+// clients' requests at once and writes their replies at once. A client
+// starts on the lane of the state a fresh connection has (Config.Multiplex):
+//
+//	client A ─┐                 ┌─ owed: A 2, B 1, A 1
+//	client B ─┼─► lane (gen, db, proto) ─► Redis
+//	client C ─┘     replies, in order ─► the owed client's framer ─► client
+//
+// A lane writes only whole requests (the parser's hold mode), each
+// client's at the end of its batch, and keeps the sessions it owes
+// replies in the order their requests were written (owed). Each reply is
+// framed by its session's own conversation, as on a connection of its
+// own; a session whose client left has its replies framed and dropped.
+//
+// Where a request needs its connection's state (command.Sharing), its
+// session waits until its replies on the lane are in, then dials a
+// connection of its own, gives it the client's state (conversation.setup)
+// and keeps it. A SELECT or HELLO moves the session to the lane of the
+// state it asks for, where it is a no-op. A client's requests are never on
+// two connections at once: a session moves only with nothing in flight.
+//
+// A lane dies as a connection does (CLIENT KILL, a restart, a reply that
+// is not RESP): the sessions it owed replies get what Redis sent and then
+// the close their own connection would have given them (laneLost);
+// others take another lane at their next request. Redis counts a lane's
+// clients as one: lanes show in CLIENT LIST and INFO clients, Redis's
+// maxclients and timeout see lanes, not clients (Cicada applies the
+// timeout to the clients on lanes itself), and nothing Redis refuses by
+// a connection's state alone can reach a lane: a lane exists only for a
+// state Redis authenticates (docs/limits.md).
+
+// lane is one shared upstream connection of an event loop. Owned by the
+// loop.
+type lane struct {
+	key  shareKey
+	l    *loopState
+	srv  *Server
+	conn gnet.Conn // nil until enrolled
+	life laneLife
+	// owed are the sessions owed replies, in the order their requests
+	// were written, n replies each.
+	owed ring[owedReplies]
+	// setupLeft is how many of the lane's own setup replies are still to
+	// come; framer frames them.
+	setupLeft int
+	framer    resp.ReplyFramer
+	// waiters are sessions paused (pauseRoute) until the lane opens, or
+	// until its backlog falls under laneBacklog; polling: a backlog poll is
+	// pending.
+	waiters []*session
+	polling bool
+	// lastUsed is the coarse clock when a request was last written.
+	lastUsed int64
+}
+
+// owedReplies are n replies a lane owes session s.
+type owedReplies struct {
+	s *session
+	n int
+}
+
+// laneLife is where a lane is in its life. It only moves forward:
+//
+//	laneDialing ─► laneSetup ─► laneOpen ─► laneClosed
+//
+// skipping any state but the last.
+type laneLife uint8
+
+const (
+	laneDialing laneLife = iota // the dial waits its turn or runs
+	laneSetup                   // enrolled; its setup replies are awaited
+	laneOpen                    // carries requests
+	laneClosed                  // closed, or failed: out of its loop's map
+)
+
+// Lane limits.
+const (
+	// laneHold is the largest request a client on a lane sends there, in
+	// bytes (resp.RequestParser.SetHold): every bulk of it is below
+	// proto-max-bulk-len (at least 1 MiB), and a lane's query buffer in
+	// Redis stays below client-query-buffer-limit (at least 1 MiB) with
+	// what a read brings besides. A larger request moves its client to a
+	// connection of its own.
+	laneHold = 512 << 10
+	// laneBacklog is how many bytes Redis has not read from a lane before
+	// its clients wait: a lane stalled behind a slow command holds about
+	// what one client's connection would hold in Redis's socket buffers.
+	laneBacklog = 4 << 20
+	// laneIdle is how long a lane carries nothing before it is closed.
+	laneIdle = 30 * time.Second
+)
+
+// laneFor returns the lane of state k, dialing it if the loop has none, or
+// nil when lanes cannot carry k: Redis does not authenticate a fresh
+// connection under k's rules generation (learned from a lane's setup).
+func (l *loopState) laneFor(srv *Server, k shareKey) *lane {
+	if ln := l.lanes[k]; ln != nil {
+		return ln
+	}
+	if l.denied[k.gen] {
+		return nil
+	}
+	ln := &lane{key: k, l: l, srv: srv}
+	if l.lanes == nil {
+		l.lanes = map[shareKey]*lane{}
+	}
+	l.lanes[k] = ln
+	go ln.dial()
+	return ln
+}
+
+// switchLane moves session s, with nothing in flight, to the lane of state
+// k and reports true if it is open for requests; otherwise s waits for it
+// (pauseRoute), or, when no lane can carry k, is pinned to a connection
+// of its own.
+func (l *loopState) switchLane(s *session, k shareKey) bool {
+	ln := l.laneFor(s.srv, k)
+	switch {
+	case ln == nil:
+		l.pin(s)
+		return false
+	case ln.life != laneOpen || ln.full():
+		s.pause = pauseRoute
+		ln.wait(s)
+		return false
+	}
+	s.lane, s.on = ln, k
+	// The lane's setup was answered: Redis accepted the connection that
+	// carries the client's requests.
+	s.accepted = true
+	return true
+}
+
+// pin gives session s, with nothing in flight on a lane, a connection of
+// its own for good: it waits (pauseRoute) until the connection is
+// enrolled and has the client's state (session.onUpstreamOpen).
+func (l *loopState) pin(s *session) {
+	s.shared, s.lane = false, nil
+	s.parser.SetHold(0)
+	s.pause = pauseRoute
+	s.upLife = upDialing
+	l.stats.pins.Add(1)
+	go s.dial()
+}
+
+// full reports whether Redis has left laneBacklog bytes of the lane
+// unread.
+func (ln *lane) full() bool {
+	return ln.conn != nil && ln.conn.OutboundBuffered() >= laneBacklog
+}
+
+// wait makes s wait for the lane (pauseRoute): until it opens, or until
+// Redis has read its backlog.
+func (ln *lane) wait(s *session) {
+	ln.waiters = append(ln.waiters, s)
+	if ln.life == laneOpen && !ln.polling {
+		ln.polling = true
+		ln.poll(time.Millisecond)
+	}
+}
+
+// poll checks the lane's backlog after d, doubling d up to 100 ms until
+// Redis has read it (gnet has no "drained" callback), then lets the
+// waiters go on.
+func (ln *lane) poll(d time.Duration) {
+	time.AfterFunc(d, func() {
+		_ = ln.l.evl.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			if ln.life != laneOpen {
+				return nil // onClose woke them
+			}
+			if ln.full() {
+				ln.poll(min(2*d, 100*time.Millisecond))
+				return nil
+			}
+			ln.polling = false
+			ln.wakeWaiters()
+			return nil
+		}))
+	})
+}
+
+// wakeWaiters resumes the sessions waiting for the lane: each decides its
+// request again (on this lane, another, or its own connection).
+func (ln *lane) wakeWaiters() {
+	ws := ln.waiters
+	ln.waiters = nil
+	for _, s := range ws {
+		s.resume(pauseRoute)
+	}
+}
+
+// send writes a batch of session s's requests, expecting n replies.
+func (ln *lane) send(s *session, bs [][]byte, n int) {
+	if n > 0 {
+		if k := ln.owed.len(); k > 0 && ln.owed.at(k-1).s == s {
+			ln.owed.at(k - 1).n += n
+		} else {
+			ln.owed.push(owedReplies{s: s, n: n})
+		}
+	}
+	ln.lastUsed = ln.srv.clock.Load()
+	if _, err := ln.conn.Writev(bs); err != nil {
+		ln.srv.log.Debug("lane write failed", zap.Error(err))
+	}
+}
+
+// onOpen writes the lane's setup: its name, its db and protocol.
+func (ln *lane) onOpen(c gnet.Conn) gnet.Action {
+	if ln.life == laneClosed {
+		return gnet.Close
+	}
+	ln.conn, ln.life = c, laneSetup
+	ln.l.stats.lanes.Add(1)
+	b := resp.AppendCommand(nil, clientCmd, setnameArg, laneName)
+	ln.setupLeft = 1
+	if ln.key.db != 0 {
+		b = resp.AppendCommand(b, selectCmd, itoa(ln.key.db))
+		ln.setupLeft++
+	}
+	if ln.key.proto != 2 {
+		b = resp.AppendCommand(b, helloCmd, itoa(ln.key.proto))
+		ln.setupLeft++
+	}
+	if _, err := c.Write(b); err != nil {
+		return gnet.Close
+	}
+	return gnet.None
+}
+
+// onTraffic frames what Redis sent: the setup's replies, then each owed
+// session's, through its conversation, to its client.
+func (ln *lane) onTraffic() gnet.Action {
+	if ln.life == laneClosed {
+		return gnet.Close
+	}
+	buf, _ := ln.conn.Peek(-1)
+	off, done, ok := ln.take(buf, nil)
+	if off > 0 { // gnet's Discard(0) discards everything
+		_, _ = ln.conn.Discard(off)
+	}
+	if !ok {
+		return gnet.Close // onClose closes the clients it owes replies
+	}
+	for _, s := range done {
+		s.repliesIn()
+	}
+	if ln.life == laneOpen && ln.waiters != nil && !ln.polling {
+		ln.wakeWaiters() // the setup just ended
+	}
+	return gnet.None
+}
+
+// take frames buf: setup replies while they are awaited, then replies for
+// the owed sessions in order. It returns the bytes consumed, the sessions
+// whose replies are all in (appended to done), and ok=false when the lane
+// is broken: a setup Redis refused, a reply nobody asked for, bytes that
+// are not RESP.
+func (ln *lane) take(buf []byte, done []*session) (off int, _ []*session, ok bool) {
+	for ln.life == laneSetup && off < len(buf) {
+		n, complete, err := ln.framer.Feed(buf[off:])
+		if err != nil {
+			return off, done, false
+		}
+		off += n
+		if !complete {
+			return off, done, true
+		}
+		if !ln.setupReplied(ln.framer.Frame()) {
+			return off, done, false
+		}
+	}
+	for off < len(buf) {
+		if ln.owed.len() == 0 {
+			ln.srv.log.Error("reply from Redis on a lane that owes none; closing it")
+			ln.srv.upstreamErrors.Add(1)
+			return off, done, false
+		}
+		o := ln.owed.front()
+		n, frames, fine := o.s.fromUpstream(buf[off:], o.n)
+		off += n
+		o.n -= frames
+		if !fine {
+			return off, done, false
+		}
+		if o.n > 0 {
+			break // the rest of its reply is still to come
+		}
+		done = append(done, o.s)
+		ln.owed.pop()
+	}
+	return off, done, true
+}
+
+// setupReplied takes one reply to the lane's setup and reports false if
+// the lane cannot serve: Redis refused the connection (maxclients,
+// protected mode: an error before any reply, then the close), its SELECT
+// or HELLO, or a fresh connection's requests (CLIENT SETNAME's -NOAUTH:
+// the loop then dials no lane for that rules generation). Only an ACL
+// that forbids the default user CLIENT SETNAME (-NOPERM) leaves the lane
+// serving, unnamed. The waiters of a lane that cannot serve get
+// connections of their own, and with them Redis's own refusal.
+func (ln *lane) setupReplied(fr *resp.Frame) bool {
+	first := ln.setupLeft == 1+b2i(ln.key.db != 0)+b2i(ln.key.proto != 2)
+	ln.setupLeft--
+	if t := fr.Value.Type; t == resp.TypeError || t == resp.TypeBulkError {
+		switch head := fr.Value.Head(); {
+		case first && bytes.HasPrefix(head, noAuth):
+			if ln.l.denied == nil {
+				ln.l.denied = map[uint64]bool{}
+			}
+			ln.l.denied[ln.key.gen] = true
+			return false
+		case !first || !bytes.HasPrefix(head, noPerm):
+			return false
+		}
+	}
+	if ln.setupLeft == 0 {
+		ln.life = laneOpen
+	}
+	return true
+}
+
+var (
+	noAuth = []byte("NOAUTH")
+	noPerm = []byte("NOPERM")
+)
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+
+// onClose ends the lane: the replies Redis sent before it closed go to
+// their sessions, the sessions still owed replies lose them as they would
+// lose their own connection (laneLost), and the sessions waiting for it
+// decide their request again (on another lane, or their own connection
+// when no lane could open).
+func (ln *lane) onClose(c gnet.Conn) {
+	if ln.life == laneClosed {
+		return
+	}
+	opened := ln.life == laneOpen
+	ln.drop()
+	if c != nil {
+		ln.l.stats.lanes.Add(-1)
+	}
+	if c != nil && opened {
+		if rest := unread(c); len(rest) > 0 {
+			if _, done, _ := ln.take(rest, nil); done != nil {
+				for _, s := range done {
+					s.repliesIn()
+				}
+			}
+		}
+	}
+	for ln.owed.len() > 0 {
+		ln.owed.pop().s.laneLost()
+	}
+	ws := ln.waiters
+	ln.waiters = nil
+	for _, s := range ws {
+		if opened {
+			s.resume(pauseRoute) // takes another lane
+		} else if s.pause == pauseRoute && !s.closing() && !s.released() {
+			ln.l.pin(s)
+		}
+	}
+}
+
+// drop takes the lane out of its loop's map.
+func (ln *lane) drop() {
+	ln.life = laneClosed
+	if ln.l.lanes[ln.key] == ln {
+		delete(ln.l.lanes, ln.key)
+	}
+}
+
+// fail ends a lane whose dial failed with err: its waiters' own dials
+// would fail alike, and they end as a failed dial ends a client
+// (session.dialFailed).
+func (ln *lane) fail(err error) {
+	ws := ln.waiters
+	ln.waiters = nil
+	ln.onClose(nil)
+	for _, s := range ws {
+		s.dialFailed(err)
+	}
+}
+
+// closeIdle closes the loop's lanes that owe nothing and carried nothing
+// since before now - laneIdle (coarse clock). On the loop.
+func (l *loopState) closeIdle(now int64) {
+	for _, ln := range l.lanes {
+		if ln.life == laneOpen && ln.owed.len() == 0 && len(ln.waiters) == 0 && now-ln.lastUsed >= int64(laneIdle) {
+			ln.drop()
+			l.stats.lanes.Add(-1)
+			_ = ln.conn.Close()
+		}
+	}
+}
+
+// unread returns what Redis sent on c that gnet has not read (a partial
+// header line fromUpstream left, then the socket's contents), up to
+// salvageMax bytes: gnet closes a connection whose write fails before it
+// reads what arrived. Runs in OnClose, where the descriptor is still
+// open.
+func unread(c gnet.Conn) []byte {
+	pending, _ := c.Peek(-1)
+	var buf []byte
+	chunk := make([]byte, 16<<10)
+	for len(buf) < salvageMax {
+		n, err := unix.Read(c.Fd(), chunk)
+		if n <= 0 || err != nil {
+			break
+		}
+		if buf == nil {
+			buf = append(buf, pending...)
+		}
+		buf = append(buf, chunk[:n]...)
+	}
+	return buf
+}
