@@ -107,7 +107,7 @@ type request struct {
 	// setInfoVer).
 	user string
 	auth bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
-	anon    bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
+	anon bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
 	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
 	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
 	rewrite cluster.Reply

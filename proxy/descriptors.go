@@ -42,4 +42,3 @@ func MaxClientsFor(openFiles uint64, loops, others int) int {
 	}
 	return int(min((openFiles-reserved)/2, 1<<30))
 }
-

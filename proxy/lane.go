@@ -351,7 +351,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-
 // onClose ends the lane: the replies Redis sent before it closed go to
 // their sessions, the sessions still owed replies lose them as they would
 // lose their own connection (laneLost), and the sessions waiting for it

@@ -13,7 +13,7 @@ type loopState struct {
 	loopEnv
 	evl   gnet.EventLoop // for dials and timers
 	upv   [][]byte       // bytes to forward upstream
-	downv [][]byte // reply bytes to pass to the client
+	downv [][]byte       // reply bytes to pass to the client
 	// heavy are this loop's sessions that held at least heavyBytes at a
 	// check, until their client connection's OnClose; grown counts bytes
 	// their buffers grew by since they were last summed into held, the

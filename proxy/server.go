@@ -356,7 +356,6 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-
 // OnTraffic dispatches to the client or upstream side of a session.
 func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 	switch v := c.Context().(type) {

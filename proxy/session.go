@@ -40,19 +40,19 @@ type clientConn interface {
 type session struct {
 	conversation
 
-	srv        *Server
-	el         *loopState // the event loop's state; the conversation sees its loopEnv
-	loopIdx    int        // in el.sessions
-	client     clientConn
-	up         gnet.Conn // its own upstream connection; nil until one is enrolled
-	life       clientLife
-	upLife     upLife
+	srv     *Server
+	el      *loopState // the event loop's state; the conversation sees its loopEnv
+	loopIdx int        // in el.sessions
+	client  clientConn
+	up      gnet.Conn // its own upstream connection; nil until one is enrolled
+	life    clientLife
+	upLife  upLife
 	// lane is the lane its requests go on while the conversation is
 	// shared (lane.go): the one they are in flight on, if any.
 	lane *lane
 	// lastRead is the coarse clock when the client last sent bytes: Cicada
 	// applies Redis's timeout to a client on a lane (shrinkIdle).
-	lastRead int64
+	lastRead   int64
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	upLink     *upstreamLink
