@@ -409,10 +409,16 @@ func (ln *lane) fail(err error) {
 }
 
 // closeIdle closes the loop's lanes that owe nothing and carried nothing
-// since before now - laneIdle (coarse clock). On the loop.
-func (l *loopState) closeIdle(now int64) {
+// since before now - laneIdle (coarse clock), or half Redis's timeout
+// (0: none) when that is shorter: Cicada closes a lane before Redis
+// could, never while a request may be on its way. On the loop.
+func (l *loopState) closeIdle(now int64, timeout time.Duration) {
+	idle := laneIdle
+	if timeout > 0 {
+		idle = min(idle, timeout/2)
+	}
 	for _, ln := range l.lanes {
-		if ln.life == laneOpen && ln.owed.len() == 0 && len(ln.waiters) == 0 && now-ln.lastUsed >= int64(laneIdle) {
+		if ln.life == laneOpen && ln.owed.len() == 0 && len(ln.waiters) == 0 && now-ln.lastUsed >= int64(idle) {
 			ln.drop()
 			l.stats.lanes.Add(-1)
 			_ = ln.conn.Close()

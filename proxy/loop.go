@@ -74,7 +74,8 @@ func (l *loopState) unregister(s *session) {
 // before now - shrinkIdleAfter (coarse clock), closes the clients on
 // lanes that sent nothing for longer than Redis's timeout (0: none), as
 // Redis would have closed their own connections (their lanes keep none),
-// and closes the lanes that carried nothing for laneIdle. On the loop.
+// and closes the lanes that carried nothing for a while (closeIdle). On
+// the loop.
 func (l *loopState) shrinkIdle(now int64, timeout time.Duration) {
 	for _, s := range l.sessions {
 		if now-s.lastForward >= int64(shrinkIdleAfter) {
@@ -84,7 +85,7 @@ func (l *loopState) shrinkIdle(now int64, timeout time.Duration) {
 			s.closeWhenFlushed() // Redis frees an idle client without a word
 		}
 	}
-	l.closeIdle(now)
+	l.closeIdle(now, timeout)
 }
 
 // addHeld changes what the loop's heavy clients hold by d bytes, in the

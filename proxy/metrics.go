@@ -52,6 +52,12 @@ var (
 		"Forwarded requests awaiting their reply.", nil, nil)
 	descClosed = prometheus.NewDesc("cicada_clients_closed_total",
 		"Client connections Cicada closed itself, by reason: query-buffer-limit, output-buffer-limit (Redis's client-output-buffer-limit), max-client-memory, maxclients.", []string{"reason"}, nil)
+	descLanes = prometheus.NewDesc("cicada_upstream_lanes",
+		"Upstream connections shared by clients in one state (lanes) open now.", nil, nil)
+	descOwn = prometheus.NewDesc("cicada_upstream_own_connections",
+		"Upstream connections of a single client open now (clients that needed one, or all with --multiplex=false).", nil, nil)
+	descPins = prometheus.NewDesc("cicada_upstream_pins_total",
+		"Clients moved from lanes to a connection of their own.", nil, nil)
 	descUpErrors = prometheus.NewDesc("cicada_upstream_errors_total",
 		"Upstream connections that could not be made and invalid replies from Redis.", nil, nil)
 	descSubUp = prometheus.NewDesc("cicada_keyspace_subscription_up",
@@ -80,7 +86,7 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descFloor, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
-		descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
+		descLanes, descOwn, descPins, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
 	}
@@ -90,8 +96,12 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	srv := c.srv
 	var hits, misses, fwd, tried, fills, unsettled uint64
-	var inflight int64
+	var inflight, lanes, own int64
+	var pins uint64
 	for _, l := range srv.loopList() {
+		lanes += l.stats.lanes.Load()
+		own += l.stats.own.Load()
+		pins += l.stats.pins.Load()
 		hits += l.stats.hits.Load()
 		misses += l.stats.misses.Load()
 		fwd += l.stats.forwarded.Load()
@@ -131,6 +141,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descClosed, srv.closedFor[r].Load(), r.String())
 	}
 	gauge(descInflight, float64(inflight))
+	gauge(descLanes, float64(lanes))
+	gauge(descOwn, float64(own))
+	counter(descPins, pins)
 	counter(descUpErrors, srv.UpstreamErrors())
 	collectLatency(ch, srv.loopList())
 	gauge(descSubUp, b2f(srv.fences.Ready()))

@@ -116,6 +116,23 @@ func TestFaults(t *testing.T) {
 					t.Errorf("cicada_keyspace_subscriptions_total %v, want > %v after the kills", got, before.subs)
 				}
 			}},
+		{name: "CLIENT KILL of the lanes",
+			inject: func(t *testing.T, f *faultEnv) {
+				killed := 0
+				for i := 0; i < 3; i++ {
+					for _, line := range strings.Split(fmt.Sprint(f.do(t, "CLIENT", "LIST")), "\n") {
+						if strings.Contains(line, " name=cicada-lane ") {
+							id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+							f.do(t, "CLIENT", "KILL", "ID", id)
+							killed++
+						}
+					}
+					time.Sleep(300 * time.Millisecond)
+				}
+				if cicadatest.Multiplexed() && killed == 0 {
+					t.Error("no lane to kill: the fault did not happen")
+				}
+			}},
 		{name: "pubsub output buffer limit",
 			inject: func(t *testing.T, f *faultEnv) {
 				f.do(t, "CONFIG", "SET", "client-output-buffer-limit", "pubsub 1024 1024 0")

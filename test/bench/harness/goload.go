@@ -83,14 +83,14 @@ func goScenarios(c scenarioConfig) []scenario {
 		// Redis cannot use the second core; Cicada with two loops can.
 		// The bare server, answering every request itself, is the most
 		// any proxy could reach with this load generator on this machine.
-		Targets: []string{targetRedis, targetCicada2, targetTwem, targetBare},
+		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
 			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
-		Targets: []string{targetRedis, targetCicada, targetTwem},
+		Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetTwem},
 	}, {
 		// Application fleets hold thousands of connections; Redis's cost
 		// per connection (reads, writes, client buffers) shows here.
@@ -98,6 +98,6 @@ func goScenarios(c scenarioConfig) []scenario {
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "2000"}},
-		Targets:      []string{targetRedis, targetCicada2, targetTwem},
+		Targets:      []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem},
 	}}
 }

@@ -13,7 +13,8 @@
 // Targets: redis (direct), cicada (--loops -loops), cicada-off (the cache
 // and its detector turned off: the detector's cost is the gap to it),
 // cicada-2loops and bare-2loops (two event loops, for redis-benchmark
-// --threads 2), twemproxy, bare; with -loops-sweep N, a scenario's Cicada
+// --threads 2), cicada-dedicated and cicada-2loops-dedicated
+// (--multiplex=false: an upstream connection per client), twemproxy, bare; with -loops-sweep N, a scenario's Cicada
 // targets are cicada-1loops ... cicada-Nloops instead, so that one run on
 // a machine with N cores measures how Cicada scales. Flow per scenario: start the Cicada and
 // bare servers it needs (a Cicada restarts when the scenario's
@@ -145,6 +146,11 @@ const (
 	// redis-benchmark --threads 2.
 	targetCicada2 = "cicada-2loops"
 	targetBare2   = "bare-2loops"
+	// targetCicadaDed and targetCicada2Ded are cicada and cicada-2loops
+	// with --multiplex=false: an upstream connection per client, as
+	// before lanes.
+	targetCicadaDed  = "cicada-dedicated"
+	targetCicada2Ded = "cicada-2loops-dedicated"
 )
 
 // defaultTargets are the targets of a scenario that names none.
@@ -155,6 +161,7 @@ type cicadaConfig struct {
 	loops     int
 	threshold uint32 // --hot-threshold
 	cacheOff  bool   // --cache-enabled=false
+	dedicated bool   // --multiplex=false
 }
 
 // servers are the processes of one run of the harness. Redis and
@@ -351,6 +358,10 @@ func (s *servers) ensure(t string, threshold uint32) error {
 		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold, cacheOff: true})
 	case targetCicada2:
 		return s.ensureCicada(t, cicadaConfig{loops: 2, threshold: threshold})
+	case targetCicadaDed:
+		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold, dedicated: true})
+	case targetCicada2Ded:
+		return s.ensureCicada(t, cicadaConfig{loops: 2, threshold: threshold, dedicated: true})
 	case targetBare:
 		return s.ensureBare(t, s.o.loops)
 	case targetBare2:
@@ -435,7 +446,8 @@ func (s *servers) ensureCicada(t string, cfg cicadaConfig) error {
 	p, err := start(t, caddr, filepath.Join(s.o.workdir, t+".log"),
 		s.o.cicada, "--listen", caddr, "--admin", admin, "--local-admin", "", "--upstream", s.redis.addr,
 		"--hot-threshold", strconv.FormatUint(uint64(cfg.threshold), 10), "--log-level", "warn",
-		"--loops", strconv.Itoa(cfg.loops), "--cache-enabled="+strconv.FormatBool(!cfg.cacheOff))
+		"--loops", strconv.Itoa(cfg.loops), "--cache-enabled="+strconv.FormatBool(!cfg.cacheOff),
+		"--multiplex="+strconv.FormatBool(!cfg.dedicated))
 	if err != nil {
 		return err
 	}

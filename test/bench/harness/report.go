@@ -141,7 +141,7 @@ func printTable(w io.Writer, r report) {
 	fmt.Fprintf(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of %d cores; hits: requests (SETs too) answered from Cicada's cache.\n", runtime.NumCPU())
 	fmt.Fprintln(w, "redis clients MiB: the most memory Redis held for its clients during a run (INFO memory mem_clients_normal, sampled every 100 ms).")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tCPU total ×redis\thits\tredis clients MiB\tclients ×redis\t")
+	fmt.Fprintln(tw, "scenario\ttarget\tops/s\tspread\tp50 ms\tp99 ms\tp99.9 ms\tproxy µs/req\tredis µs/req\tload µs/req\tbusy cores\tops ×redis\tp50 ×redis\tp99 ×redis\tredis µs ×redis\tCPU total ×redis\thits\tredis clients MiB\tclients ×redis\t")
 	var order []string
 	groups := map[string]map[string][]sample{}
 	targets := map[string][]string{} // each scenario's targets, in run order
@@ -161,10 +161,10 @@ func printTable(w io.Writer, r report) {
 		base := summarize(g[targetRedis])
 		for _, t := range targets[name] {
 			m := summarize(g[t])
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 				name, t, m.rps, 100*m.rpsSpread, m.p50, m.p99, m.p999,
 				num(m.proxyCPU, 2), num(m.redisCPU, 2), m.loadCPU, m.busyCores(),
-				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.total(), base.total()),
+				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.redisCPU, base.redisCPU), ratio(m.total(), base.total()),
 				pct(m.hitRatio), num(m.clientMB, 1), ratio(m.clientMB, base.clientMB))
 		}
 		ct := targetCicada

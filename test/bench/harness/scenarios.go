@@ -138,7 +138,7 @@ func scenarios(c scenarioConfig) []scenario {
 				Prefill:      prefillMissKeys,
 				Load:         l,
 				// cicada-off: the detector's cost is the gap to it.
-				Targets: []string{targetRedis, targetCicada, targetCicadaOff, targetTwem},
+				Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetCicadaOff, targetTwem},
 			})
 		}
 	}
