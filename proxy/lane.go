@@ -305,6 +305,7 @@ func (ln *lane) take(buf []byte, done []*session) (off int, _ []*session, ok boo
 			break // the rest of its reply is still to come
 		}
 		done = append(done, o.s)
+		o.s.laneSent = 0
 		ln.owed.pop()
 	}
 	return off, done, true

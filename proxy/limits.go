@@ -27,9 +27,10 @@ func (r closeReason) String() string { return closeReasonNames[r] }
 const heavyBytes = 64 << 10
 
 // backlog is what the client's requests hold in Cicada once parsed and
-// until Redis answers them: the bytes queued on the upstream connection
+// until Redis answers them: the bytes queued on its upstream connection
 // (gnet's outbound buffer, which grows while Redis does not read, as
-// during a long script) and the bookkeeping of every request forwarded
+// during a long script), or those it wrote on a lane that owes it replies
+// (laneSent), and the bookkeeping of every request forwarded
 // and not yet answered (its request, 72 bytes, and what it follows). Redis
 // would hold those requests unread in its socket, or read and not yet
 // processed in its query buffer: the backlog counts towards
@@ -41,7 +42,7 @@ func (s *session) backlog() int64 {
 	if s.up != nil && s.upLife != upClosed {
 		b += int64(s.up.OutboundBuffered())
 	}
-	return b
+	return b + s.laneSent
 }
 
 // holding is everything Cicada holds for the client: replies it has not

@@ -345,10 +345,12 @@ func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	srv.connsTotal.Add(1)
 	s.lastRead = srv.clock.Load()
 	if srv.cfg.Multiplex {
-		// On the lane of a fresh connection's state, from its first
-		// request (lane.go).
+		// On the lane of a fresh connection's state (lane.go), waiting for
+		// it if it is not open yet: a client that connects while Redis is
+		// down is closed as the lane's dial fails, as its own dial would.
 		s.shared, s.gen = true, s.freshGen
 		s.parser.SetHold(laneHold)
+		s.el.switchLane(s, s.shareKey())
 		return nil, gnet.None
 	}
 	s.upLife = upDialing

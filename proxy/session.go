@@ -50,6 +50,11 @@ type session struct {
 	// lane is the lane its requests go on while the conversation is
 	// shared (lane.go): the one they are in flight on, if any.
 	lane *lane
+	// laneSent is how many bytes of requests the session wrote on its lane
+	// since the lane last owed it nothing: what Redis has not answered, in
+	// its socket or query buffer, or in the lane's buffer in Cicada
+	// (counted as its own connection's would be, see backlog).
+	laneSent int64
 	// lastRead is the coarse clock when the client last sent bytes: Cicada
 	// applies Redis's timeout to a client on a lane (shrinkIdle).
 	lastRead   int64
@@ -380,6 +385,9 @@ func (s *session) forward(queued *uint64) {
 	if len(l.upv) > 0 && !s.released() {
 		s.lastForward = s.srv.clock.Load()
 		if s.shared {
+			for _, b := range l.upv {
+				s.laneSent += int64(len(b))
+			}
 			s.lane.send(s, l.upv, int(s.queuedN-*queued))
 		} else if _, err := s.up.Writev(l.upv); err != nil {
 			s.srv.log.Debug("upstream write failed", zap.Error(err))

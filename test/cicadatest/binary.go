@@ -66,7 +66,11 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 		}
 		*l.addr = dialAddr(v)
 	}
-	all = append(append(all, "--upstream", upstream, "--hot-threshold", "1", "--log-level", "warn"), args...)
+	all = append(all, "--upstream", upstream, "--hot-threshold", "1", "--log-level", "warn")
+	if _, set := flagValue(args, "--multiplex"); !set && !Multiplexed() {
+		all = append(all, "--multiplex=false")
+	}
+	all = append(all, args...)
 	line := append(append(append([]string{}, prefix...), bin), all...)
 	cmd := exec.Command(line[0], line[1:]...)
 	cmd.Stderr = os.Stderr
