@@ -70,6 +70,13 @@ type lane struct {
 	polling bool
 	// lastUsed is the coarse clock when a request was last written.
 	lastUsed int64
+	// out holds the requests written since the last flush: they go to
+	// Redis at once after the loop has handled the events it is handling
+	// (flush, queued once), so that Redis reads the requests of every
+	// client served in one round of the loop in one read.
+	out      []byte
+	flushing bool
+	flushFn  gnet.RunnableFunc
 }
 
 // owedReplies are n replies a lane owes session s.
@@ -107,6 +114,9 @@ const (
 	laneBacklog = 4 << 20
 	// laneIdle is how long a lane carries nothing before it is closed.
 	laneIdle = 30 * time.Second
+	// laneFlushAt is how many bytes of requests a lane gathers before it
+	// writes them without waiting for the end of the loop's round.
+	laneFlushAt = 64 << 10
 )
 
 // laneFor returns the lane of state k, dialing it if the loop has none, or
@@ -120,6 +130,11 @@ func (l *loopState) laneFor(srv *Server, k shareKey) *lane {
 		return nil
 	}
 	ln := &lane{key: k, l: l, srv: srv}
+	ln.flushFn = func(context.Context) error {
+		ln.flushing = false
+		ln.flush()
+		return nil
+	}
 	if l.lanes == nil {
 		l.lanes = map[shareKey]*lane{}
 	}
@@ -165,7 +180,7 @@ func (l *loopState) pin(s *session) {
 // full reports whether Redis has left laneBacklog bytes of the lane
 // unread.
 func (ln *lane) full() bool {
-	return ln.conn != nil && ln.conn.OutboundBuffered() >= laneBacklog
+	return ln.conn != nil && ln.conn.OutboundBuffered()+len(ln.out) >= laneBacklog
 }
 
 // wait makes s wait for the lane (pauseRoute): until it opens, or until
@@ -208,8 +223,12 @@ func (ln *lane) wakeWaiters() {
 	}
 }
 
-// send writes a batch of session s's requests, expecting n replies.
+// send writes a batch of session s's requests, expecting n replies: at
+// once if the lane owed no reply (Redis is idle on it: waiting adds only
+// latency), else at the end of the loop's round with every other batch
+// written meanwhile, as TCP corks while data is in flight.
 func (ln *lane) send(s *session, bs [][]byte, n int) {
+	idle := ln.owed.len() == 0
 	if n > 0 {
 		if k := ln.owed.len(); k > 0 && ln.owed.at(k-1).s == s {
 			ln.owed.at(k - 1).n += n
@@ -218,7 +237,34 @@ func (ln *lane) send(s *session, bs [][]byte, n int) {
 		}
 	}
 	ln.lastUsed = ln.srv.clock.Load()
-	if _, err := ln.conn.Writev(bs); err != nil {
+	for _, b := range bs {
+		ln.out = append(ln.out, b...)
+	}
+	switch {
+	case idle || len(ln.out) >= laneFlushAt:
+		ln.flush()
+	case !ln.flushing:
+		ln.flushing = true
+		if ln.l.evl.Execute(context.Background(), ln.flushFn) != nil {
+			ln.flushing = false
+			ln.flush() // the engine is stopping
+		}
+	}
+}
+
+// flush writes the requests the lane has gathered. A write that fails
+// closes the lane (gnet runs OnClose inside Write), and with it the
+// sessions it owes replies.
+func (ln *lane) flush() {
+	if len(ln.out) == 0 || ln.life == laneClosed {
+		return
+	}
+	out := ln.out
+	ln.out = ln.out[:0]
+	if cap(ln.out) > laneBacklog {
+		ln.out = nil // a burst's buffer is not kept
+	}
+	if _, err := ln.conn.Write(out); err != nil {
 		ln.srv.log.Debug("lane write failed", zap.Error(err))
 	}
 }
@@ -363,6 +409,7 @@ func (ln *lane) onClose(c gnet.Conn) {
 	}
 	opened := ln.life == laneOpen
 	ln.drop()
+	ln.out = nil
 	if c != nil {
 		ln.l.stats.lanes.Add(-1)
 	}
