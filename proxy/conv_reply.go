@@ -227,6 +227,10 @@ func (cv *conversation) complete(rq *request, fr *resp.Frame) {
 		// the connection is now, only a unique identity can stand for.
 		cv.setIdent(cv.env.ids.anonymous())
 		cv.user, cv.userAnon = "", true
+		cv.gen, cv.laneUser = 0, ""
+	}
+	if rq.auth {
+		cv.authPass = "" // used by confirm, or refused
 	}
 	if cv.tx.inFlight == 0 { // what was predicted at send is now known
 		switch {
@@ -325,6 +329,7 @@ func (cv *conversation) confirm(rq *request) {
 	case command.ConnAuth:
 		cv.setIdent(env.ids.userOrAnonymous(rq.user, rq.anon))
 		cv.setUser(rq.user, rq.anon)
+		cv.authenticated(rq)
 	case command.ConnHello:
 		if rq.arg != 0 {
 			cv.proto = int(rq.arg)
@@ -332,12 +337,14 @@ func (cv *conversation) confirm(rq *request) {
 		if rq.auth {
 			cv.setIdent(env.ids.userOrAnonymous(rq.user, rq.anon))
 			cv.setUser(rq.user, rq.anon)
+			cv.authenticated(rq)
 		}
 	case command.ConnReset:
 		cv.endMulti()
 		cv.db, cv.proto = 0, 2
 		cv.setFresh()
-		cv.tracking, cv.readonly = false, false
+		cv.gen, cv.laneUser = cv.freshGen, ""
+		cv.tracking, cv.readonly, cv.watching = false, false, false
 		cv.subs = [3]int64{}
 	case command.ConnMulti:
 		cv.tx.confirmed = txOpen
@@ -362,10 +369,24 @@ func (cv *conversation) confirm(rq *request) {
 	}
 }
 
+// authenticated records the identity lanes carry for a connection Redis
+// has just authenticated (AUTH or HELLO AUTH rq): its user, with the
+// password Cicada saw (remembered for the lanes of that user), or none
+// (a user Cicada cannot name, a password it did not capture, an AUTH
+// queued in a transaction).
+func (cv *conversation) authenticated(rq *request) {
+	cv.gen, cv.laneUser = 0, ""
+	if !rq.anon && cv.authPass != "" {
+		cv.env.ids.remember(rq.user, cv.authPass)
+		cv.laneUser = rq.user
+	}
+}
+
 // endMulti releases the writes queued in a transaction: it ran (EXEC) or
 // was dropped (DISCARD, RESET, EXECABORT).
 func (cv *conversation) endMulti() {
 	cv.tx.confirmed = txClosed
+	cv.watching = false // EXEC and DISCARD unwatch, as RESET does
 	if cv.tx.rules {
 		cv.tx.rules = false
 		cv.env.ids.rulesChanged()

@@ -153,7 +153,7 @@ type readInfo struct {
 // loop: RESP2, db 0, the identity of a connection that has not
 // authenticated, nothing confirmed yet.
 func newConversation(env *convEnv, loop *loopEnv) conversation {
-	return conversation{env: env, loop: loop, parser: resp.NewRequestParser(), proto: 2}
+	return conversation{env: env, loop: loop, parser: resp.NewRequestParser(), proto: 2, own: ownState{proto: 2}}
 }
 
 // conversation is the state of one client connection as Redis sees it,
@@ -257,17 +257,36 @@ type conversation struct {
 	timedAt   time.Time
 
 	// Sharing (lane.go). shared: requests go on a lane of the loop, the
-	// one whose state is on; gen is the rules generation of the fresh
-	// identity the client connected under (a lane's identity); want is
-	// the state a decideSwitch asks for.
-	shared   bool
-	gen      uint64
-	on, want shareKey
+	// one whose state is on; want is the state a decideSwitch asks for;
+	// noLane the last state no lane could carry, which the client's own
+	// connection carries instead. The identity a lane can carry: gen, the
+	// rules generation of the fresh identity the client connected (or
+	// RESET) under, or laneUser, the ACL user Redis authenticated it as
+	// with a password Cicada saw (identities.remember); neither: no lane.
+	shared           bool
+	gen              uint64
+	laneUser         string
+	on, want, noLane shareKey
+	// own is the state of the client's own connection while the client is
+	// on lanes (setup gives the connection the client's state when it
+	// comes back).
+	own ownState
 	// What the connection says of its client, as Redis confirmed it
 	// (CLIENT SETNAME, CLIENT SETINFO; "" for none), and whether a write
-	// went on a lane: setup gives a client's own connection all three.
+	// went on a lane since the client was last on its own connection.
 	name, libName, libVer string
 	laneWrote             bool
+	// State of the client's own connection no lane carries, besides the
+	// transaction, subscriptions, tracking, READONLY and opacity:
+	// watching (WATCH, until EXEC, DISCARD, UNWATCH or RESET), asking
+	// (ASKING, for the next request), sticky (for the connection's life:
+	// CLIENT NO-EVICT, NO-TOUCH, CACHING, a command the table cannot
+	// classify, a half-closed client).
+	watching, asking, sticky bool
+	// authPass is the password of the AUTH (or HELLO AUTH) in flight
+	// outside a transaction, kept until its reply: accepted, it lets lanes
+	// of its user authenticate.
+	authPass string
 	// setupFailed: Redis refused a setup request: the client's own
 	// connection cannot have its state.
 	setupFailed bool
@@ -280,13 +299,21 @@ type conversation struct {
 }
 
 // shareKey is the connection state a lane carries: a client's requests
-// may go on a lane whose key is its state's. gen is the rules generation
-// of the fresh identity (identities.fresh) the lane's clients connected
-// under; lanes carry no other identity.
+// may go on a lane whose key is its state's. Its identity is the fresh
+// one of a rules generation (identities.fresh), the one a client has
+// before it authenticates, or an ACL user's.
 type shareKey struct {
-	gen   uint64
+	gen   uint64 // the fresh identity's; 0 for a user's
+	user  string // the user Redis authenticated the lane as; "" for the fresh identity
 	db    int
 	proto int
+}
+
+// ownState is what a client's own connection has of the client's state
+// while the client is on lanes.
+type ownState struct {
+	db, proto             int
+	name, libName, libVer string
 }
 
 // CLIENT SETINFO attributes (request.arg).

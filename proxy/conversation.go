@@ -16,12 +16,13 @@ func (cv *conversation) onCommand(n int) decision {
 	argc := cv.parser.Argc()
 	var spec *command.Spec
 	resolved := false
-	if cv.shared {
+	if cv.shared || cv.canShare() {
 		var d decision
 		if spec, resolved, d = cv.route(args, argc); d != decideForward {
 			return d
 		}
 	}
+	cv.asking = false // ASKING is for the one request after it (ownState sets it again)
 	if d, ok := cv.onRead(args, argc); ok {
 		return d
 	}
@@ -104,11 +105,17 @@ func (cv *conversation) onCommand(n int) decision {
 				rq.user = string(args[1])
 			}
 		}
+		if pass := args[len(args)-1]; pass != nil && !cv.tx.queuing() {
+			cv.authPass = string(pass)
+		}
 	case command.ConnHello:
 		rq.act = conn
 		rq.arg, rq.user, rq.auth, rq.anon = parseHello(args)
 		if int64(len(args)) != argc { // an AUTH option may be among the uncaptured
 			rq.auth, rq.anon = true, true
+		}
+		if pass, ok := helloPass(args); ok && rq.auth && !rq.anon && !cv.tx.queuing() {
+			cv.authPass = pass
 		}
 	case command.ConnClusterChange:
 		rq.act = conn
@@ -185,6 +192,7 @@ func (cv *conversation) onCommand(n int) decision {
 	}
 	cv.effects(spec, args, argc, &rq)
 	cv.laneWrote = cv.laneWrote || cv.shared && (spec == nil || spec.Effect != command.EffectNone)
+	cv.ownState(spec, args, argc)
 	if rq.act == command.ConnExec {
 		cv.applyTxEffects(&rq)
 	}
@@ -215,35 +223,80 @@ func (cv *conversation) onCommand(n int) decision {
 	return decideForward
 }
 
-// route decides whether a request of a conversation whose requests go on
-// a lane (shared) may go on the lane it is on (decideForward, with its
-// spec when it resolved it), or must wait for another connection first:
-// its own (decideOwn: the request needs or creates state of its own
-// connection, command.Sharing), or the lane of cv.want (decideSwitch: a
-// SELECT or HELLO asking for another db or protocol, or a confirmed
-// state that is no longer the lane's). It decides nothing else: the
-// request is decided again once the session has moved it.
+// route decides where a request goes when the conversation is on a lane
+// (shared) or could be (canShare): on the connection it is on
+// (decideForward, with its spec when it resolved it), or on another once
+// the replies in flight are in: the client's own (decideOwn: the request
+// needs or creates state of its own connection, command.Sharing), or the
+// lane of cv.want (decideSwitch: the lane of the client's state, for a
+// client on its own connection that could share again, on another lane,
+// or whose confirmed state is no longer its lane's; the lane of the state
+// a SELECT or HELLO asks for). It decides nothing else: the request is
+// decided again once the session has moved it. A request some of whose
+// bytes went to the client's own connection already stays there.
 func (cv *conversation) route(args [][]byte, argc int64) (spec *command.Spec, resolved bool, d decision) {
+	if !cv.shared && cv.parser.Consumed() {
+		return nil, false, decideForward
+	}
 	want := cv.shareKey()
 	if !readShape(args, argc) {
 		spec, resolved = cv.env.settings.Commands().Resolve(args), true
 		switch spec.Sharing(args, argc) {
 		case command.ShareNone:
+			if !cv.shared {
+				return spec, resolved, decideForward
+			}
 			return spec, resolved, decideOwn
 		case command.ShareSwitch:
 			want = switchKey(want, spec, args)
 		}
 	}
-	if want == cv.on {
+	if cv.shared && want == cv.on || !cv.shared && want == cv.noLane {
 		return spec, resolved, decideForward
 	}
 	cv.want = want
 	return spec, resolved, decideSwitch
 }
 
+// canShare reports whether a client on its own connection could move to
+// a lane: lanes are on (Config.Multiplex), its identity is one a lane
+// carries (gen, laneUser) and its
+// connection has no state of its own (no transaction, WATCH, ASKING,
+// subscription, tracking, READONLY, and nothing sticky), replies are
+// framed and input open.
+func (cv *conversation) canShare() bool {
+	return cv.env.multiplex && (cv.gen != 0 || cv.laneUser != "") && cv.opacity == framed && cv.input == inputOpen &&
+		!cv.tx.open() && !cv.tx.queuing() && !cv.subscribed() && !cv.tracking && !cv.readonly &&
+		!cv.watching && !cv.asking && !cv.sticky && !cv.opaquePubsub
+}
+
+// ownState notes what a request sent on the client's own connection
+// leaves there that no lane carries (see conversation.watching).
+func (cv *conversation) ownState(spec *command.Spec, args [][]byte, argc int64) {
+	if cv.shared {
+		return
+	}
+	name := ""
+	if spec != nil {
+		name = spec.Name
+	}
+	switch name {
+	case "":
+		cv.sticky = true // nothing tells what it does to its connection
+	case "watch":
+		cv.watching = cv.watching || spec.ArityOK(int(argc))
+	case "unwatch":
+		cv.watching = false
+	case "asking":
+		cv.asking = true
+	case "client|no-evict", "client|no-touch", "client|caching":
+		cv.sticky = true
+	}
+}
+
 // shareKey is the state of the conversation a lane must carry.
 func (cv *conversation) shareKey() shareKey {
-	return shareKey{gen: cv.gen, db: cv.db, proto: cv.proto}
+	return shareKey{gen: cv.gen, user: cv.laneUser, db: cv.db, proto: cv.proto}
 }
 
 // switchKey returns the state a SELECT or HELLO (command.ShareSwitch)
@@ -276,13 +329,13 @@ func readShape(args [][]byte, argc int64) bool {
 	return false
 }
 
-// setup appends to dst the requests that give a new connection of the
-// client (one Redis gave the fresh identity, db 0, RESP2) the state it
-// had on lanes, and queues their replies to be swallowed (expectSetup):
-// its db and protocol, its name and library (CLIENT SETNAME, CLIENT
-// SETINFO), and, if it wrote on a lane, a PUBLISH whose propagation
-// moves the connection's replication offset past those writes (WAIT and
-// WAITAOF on the new connection wait for them too; a Redis Cluster node
+// setup appends to dst the requests that give the client's own
+// connection, which has state own (a new connection: a fresh one's), the
+// state the client has on lanes, and queues their replies to be
+// swallowed (expectSetup): its db and protocol, its name and library
+// (CLIENT SETNAME, CLIENT SETINFO), and, if it wrote on a lane, a PUBLISH
+// whose propagation moves the connection's replication offset past those
+// writes (WAIT and WAITAOF on it wait for them too; a Redis Cluster node
 // does not propagate PUBLISH to its replicas this way, see
 // docs/limits.md). Nothing is in flight when it is called.
 func (cv *conversation) setup(dst []byte) []byte {
@@ -290,25 +343,33 @@ func (cv *conversation) setup(dst []byte) []byte {
 		dst = resp.AppendCommand(dst, args...)
 		cv.queue(request{kind: expectSetup})
 	}
-	if cv.db != 0 {
+	own := cv.own
+	if cv.db != own.db {
 		add(selectCmd, itoa(cv.db))
 	}
-	if cv.proto != 2 {
+	if cv.proto != own.proto {
 		add(helloCmd, itoa(cv.proto))
 	}
-	if cv.name != "" {
+	if cv.name != own.name {
 		add(clientCmd, setnameArg, []byte(cv.name))
 	}
-	if cv.libName != "" {
+	if cv.libName != own.libName {
 		add(clientCmd, setinfoArg, libNameArg, []byte(cv.libName))
 	}
-	if cv.libVer != "" {
+	if cv.libVer != own.libVer {
 		add(clientCmd, setinfoArg, libVerArg, []byte(cv.libVer))
 	}
 	if cv.laneWrote {
 		add(publishCmd, waitChannel, []byte{})
+		cv.laneWrote = false
 	}
 	return dst
+}
+
+// leaveOwn records, as the client moves to a lane, the state its own
+// connection keeps (setup restores the client's on it).
+func (cv *conversation) leaveOwn() {
+	cv.own = ownState{db: cv.db, proto: cv.proto, name: cv.name, libName: cv.libName, libVer: cv.libVer}
 }
 
 // itoa is n in decimal, as a request argument.
@@ -735,6 +796,24 @@ func parseHello(args [][]byte) (proto int64, user string, auth, anon bool) {
 		}
 	}
 	return proto, user, auth, false
+}
+
+// helloPass returns the password of HELLO's last AUTH option, if it was
+// captured (parseHello tells whether its user can be named).
+func helloPass(args [][]byte) (string, bool) {
+	pass, ok := "", false
+	for i := 2; i < len(args); i++ {
+		switch {
+		case args[i] == nil:
+			return "", false
+		case command.EqualFold(args[i], "auth") && i+2 < len(args):
+			pass, ok = string(args[i+2]), args[i+2] != nil
+			i += 2
+		case command.EqualFold(args[i], "setname") && i+1 < len(args):
+			i++
+		}
+	}
+	return pass, ok
 }
 
 // replconfMaySkipReply reports whether Redis may send no reply to a

@@ -527,6 +527,38 @@ func TestRoute(t *testing.T) {
 	if _, _, d := cv.route(cv.parser.Args(), cv.parser.Argc()); d != decideSwitch || cv.want != home {
 		t.Errorf("GET on the lane of another db: got %d to %+v, want decideSwitch to %+v", d, cv.want, home)
 	}
+	// A client on its own connection goes back to a lane when its state
+	// allows (here for a GET), not with a transaction, WATCH or ASKING
+	// open, and not for a request that needs its own connection; it stays
+	// where no lane could carry its state (noLane).
+	for _, tt := range []struct {
+		name  string
+		setup func(cv *conversation)
+		req   string
+		want  decision
+	}{
+		{"idle", func(cv *conversation) {}, "GET k", decideSwitch},
+		{"client id", func(cv *conversation) {}, "CLIENT ID", decideForward},
+		{"transaction", func(cv *conversation) { cv.tx.send = txSendQueue }, "GET k", decideForward},
+		{"watch", func(cv *conversation) { cv.watching = true }, "GET k", decideForward},
+		{"asking", func(cv *conversation) { cv.asking = true }, "GET k", decideForward},
+		{"sticky", func(cv *conversation) { cv.sticky = true }, "GET k", decideForward},
+		{"anonymous identity", func(cv *conversation) { cv.gen = 0 }, "GET k", decideForward},
+		{"user", func(cv *conversation) { cv.gen, cv.laneUser = 0, "alice" }, "GET k", decideSwitch},
+		{"no lane", func(cv *conversation) { cv.noLane = home }, "GET k", decideForward},
+	} {
+		cv := newConversation(&srv.convEnv, &l.loopEnv)
+		cv.gen = home.gen
+		tt.setup(&cv)
+		cv.parser.Parse([]byte(cmds(tt.req)))
+		d := decideForward
+		if cv.canShare() {
+			_, _, d = cv.route(cv.parser.Args(), cv.parser.Argc())
+		}
+		if d != tt.want {
+			t.Errorf("on its own connection, %s, %s: got %d, want %d", tt.name, tt.req, d, tt.want)
+		}
+	}
 	// Its own connection gets its db, protocol, name, library, and a
 	// PUBLISH past its writes on lanes.
 	cv.db, cv.proto, cv.name, cv.libName, cv.libVer, cv.laneWrote = 3, 3, "app", "go-redis", "9", true

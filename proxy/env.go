@@ -89,6 +89,8 @@ type convEnv struct {
 	topo     *cluster.Topology // Topology.Cluster()
 	ids      *identities
 	addrMap  *cluster.AddrMap // Config.AddrMap
+	// multiplex is Config.Multiplex: clients may move to lanes.
+	multiplex bool
 	// clock is a coarse monotonic clock (ns since start) advanced by the
 	// janitor every sub-window, read on the hit path instead of the time.
 	clock atomic.Int64

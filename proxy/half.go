@@ -113,10 +113,11 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 // client's own would have.
 func (h *halfConn) progress() {
 	s := h.s
+	s.sticky = true // it stays on its own connection, which reads the EOF
 	if s.shared && !s.closing() && !s.released() && s.sent.len() == 0 && s.pause != pauseRoute {
-		s.el.pin(s) // onUpstreamOpen comes back here
+		s.el.pin(s) // onUpstreamOpen, or the setup's replies, come back here
 	}
-	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() {
+	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() || s.pause == pauseSetup || s.pause == pauseRoute {
 		return
 	}
 	if s.pause == pauseNone {

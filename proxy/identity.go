@@ -23,13 +23,56 @@ import (
 // older gen takes an anonymous identity before its next cache lookup
 // (session.checkFresh).
 //
-// Safe for concurrent use; taken on AUTH, HELLO, RESET and connect only.
+// It also keeps, for lanes (lane.go), the password Redis last accepted for
+// each user under the current rules: in memory only, forgotten at the
+// next rules change or when a lane's AUTH with it fails.
+//
+// Safe for concurrent use; taken on AUTH, HELLO, RESET, connect and lane
+// dials only.
 type identities struct {
 	gen     atomic.Uint64 // rules changes seen; read before every lookup of a fresh connection
 	mu      sync.Mutex    // guards the following
 	users   map[string]hotcache.Ident
 	next    hotcache.Ident
 	initial hotcache.Ident
+	creds   map[string]credential
+}
+
+// credential is a password Redis accepted for a user, and the rules
+// generation it was accepted under.
+type credential struct {
+	pass string
+	gen  uint64
+}
+
+// remember records that Redis has just accepted pass for user.
+func (ids *identities) remember(user, pass string) {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	if ids.creds == nil {
+		ids.creds = map[string]credential{}
+	}
+	ids.creds[user] = credential{pass: pass, gen: ids.gen.Load()}
+}
+
+// credential returns the password Redis last accepted for user, unless
+// the rules changed since or it was forgotten.
+func (ids *identities) credential(user string) (string, bool) {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	c, ok := ids.creds[user]
+	if !ok || c.gen != ids.gen.Load() {
+		delete(ids.creds, user)
+		return "", false
+	}
+	return c.pass, true
+}
+
+// forget drops user's password: Redis refused it.
+func (ids *identities) forget(user string) {
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	delete(ids.creds, user)
 }
 
 func newIdentities() *identities {
@@ -82,11 +125,13 @@ func (ids *identities) anonymous() hotcache.Ident {
 // ACL users before it may be out of date.
 func (ids *identities) generation() uint64 { return ids.gen.Load() }
 
-// rulesChanged gives connections opened from now on a new initial identity.
+// rulesChanged gives connections opened from now on a new initial
+// identity, and forgets every password.
 func (ids *identities) rulesChanged() {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	ids.initial = ids.next
 	ids.next++
 	ids.gen.Add(1)
+	ids.creds = nil
 }

@@ -59,10 +59,10 @@ type lane struct {
 	// owed are the sessions owed replies, in the order their requests
 	// were written, n replies each.
 	owed ring[owedReplies]
-	// setupLeft is how many of the lane's own setup replies are still to
-	// come; framer frames them.
-	setupLeft int
-	framer    resp.ReplyFramer
+	// setup are the lane's own requests whose replies are still to come
+	// (onOpen); framer frames them.
+	setup  []setupStep
+	framer resp.ReplyFramer
 	// waiters are sessions paused (pauseRoute) until the lane opens, or
 	// until its backlog falls under laneBacklog; polling: a backlog poll is
 	// pending.
@@ -119,14 +119,28 @@ const (
 	laneFlushAt = 64 << 10
 )
 
+// setupStep is one of a lane's setup requests (lane.onOpen).
+type setupStep uint8
+
+const (
+	setupAuth   setupStep = iota // AUTH user password, for a user's lane
+	setupName                    // CLIENT SETNAME cicada-lane
+	setupSelect                  // SELECT db
+	setupHello                   // HELLO 3
+)
+
 // laneFor returns the lane of state k, dialing it if the loop has none, or
 // nil when lanes cannot carry k: Redis does not authenticate a fresh
-// connection under k's rules generation (learned from a lane's setup).
+// connection under k's rules generation (learned from a lane's setup), or
+// no password of k's user is known (identities.credential).
 func (l *loopState) laneFor(srv *Server, k shareKey) *lane {
 	if ln := l.lanes[k]; ln != nil {
 		return ln
 	}
-	if l.denied[k.gen] {
+	if k.user == "" && l.denied[k.gen] {
+		return nil
+	}
+	if _, ok := srv.ids.credential(k.user); k.user != "" && !ok {
 		return nil
 	}
 	ln := &lane{key: k, l: l, srv: srv}
@@ -144,19 +158,24 @@ func (l *loopState) laneFor(srv *Server, k shareKey) *lane {
 }
 
 // switchLane moves session s, with nothing in flight, to the lane of state
-// k and reports true if it is open for requests; otherwise s waits for it
-// (pauseRoute), or, when no lane can carry k, is pinned to a connection
-// of its own.
+// k, from another lane or from its own connection, and reports true if it
+// is open for requests; otherwise s waits for it (pauseRoute), or, when
+// no lane can carry k, goes on on its own connection (noLane).
 func (l *loopState) switchLane(s *session, k shareKey) bool {
 	ln := l.laneFor(s.srv, k)
 	switch {
 	case ln == nil:
-		l.pin(s)
+		l.noLane(s, k)
 		return false
 	case ln.life != laneOpen || ln.full():
 		s.pause = pauseRoute
 		ln.wait(s)
 		return false
+	}
+	if !s.shared {
+		s.shared = true
+		s.leaveOwn()
+		s.parser.SetHold(laneHold)
 	}
 	s.lane, s.on = ln, k
 	// The lane's setup was answered: Redis accepted the connection that
@@ -165,16 +184,35 @@ func (l *loopState) switchLane(s *session, k shareKey) bool {
 	return true
 }
 
-// pin gives session s, with nothing in flight on a lane, a connection of
-// its own for good: it waits (pauseRoute) until the connection is
-// enrolled and has the client's state (session.onUpstreamOpen).
+// noLane sends the requests of session s, which no lane of state k can
+// carry, to its own connection: the client stays there while its state
+// is k (conversation.noLane).
+func (l *loopState) noLane(s *session, k shareKey) {
+	s.noLane = k
+	if s.shared {
+		l.pin(s)
+	}
+}
+
+// pin moves session s, with nothing in flight on its lane, to its own
+// connection, which it keeps: dialed the first time (it waits,
+// pauseRoute, until session.onUpstreamOpen), then given back the
+// client's state (conversation.setup, pauseSetup until Redis has
+// answered it).
 func (l *loopState) pin(s *session) {
 	s.shared, s.lane = false, nil
 	s.parser.SetHold(0)
-	s.pause = pauseRoute
-	s.upLife = upDialing
 	l.stats.pins.Add(1)
-	go s.dial()
+	switch s.upLife {
+	case upNone:
+		s.pause = pauseRoute
+		s.upLife = upDialing
+		go s.dial()
+	case upDialing:
+		s.pause = pauseRoute // onUpstreamOpen sets it up
+	case upOpen:
+		s.setupOwn()
+	}
 }
 
 // full reports whether Redis has left laneBacklog bytes of the lane
@@ -276,15 +314,24 @@ func (ln *lane) onOpen(c gnet.Conn) gnet.Action {
 	}
 	ln.conn, ln.life = c, laneSetup
 	ln.l.stats.lanes.Add(1)
-	b := resp.AppendCommand(nil, clientCmd, setnameArg, laneName)
-	ln.setupLeft = 1
+	var b []byte
+	if ln.key.user != "" {
+		pass, ok := ln.srv.ids.credential(ln.key.user)
+		if !ok {
+			return gnet.Close // forgotten since (a rules change): its waiters go to their own connections
+		}
+		b = resp.AppendCommand(b, authCmd, []byte(ln.key.user), []byte(pass))
+		ln.setup = append(ln.setup, setupAuth)
+	}
+	b = resp.AppendCommand(b, clientCmd, setnameArg, laneName)
+	ln.setup = append(ln.setup, setupName)
 	if ln.key.db != 0 {
 		b = resp.AppendCommand(b, selectCmd, itoa(ln.key.db))
-		ln.setupLeft++
+		ln.setup = append(ln.setup, setupSelect)
 	}
 	if ln.key.proto != 2 {
 		b = resp.AppendCommand(b, helloCmd, itoa(ln.key.proto))
-		ln.setupLeft++
+		ln.setup = append(ln.setup, setupHello)
 	}
 	if _, err := c.Write(b); err != nil {
 		return gnet.Close
@@ -359,44 +406,43 @@ func (ln *lane) take(buf []byte, done []*session) (off int, _ []*session, ok boo
 
 // setupReplied takes one reply to the lane's setup and reports false if
 // the lane cannot serve: Redis refused the connection (maxclients,
-// protected mode: an error before any reply, then the close), its SELECT
-// or HELLO, or a fresh connection's requests (CLIENT SETNAME's -NOAUTH:
-// the loop then dials no lane for that rules generation). Only an ACL
-// that forbids the default user CLIENT SETNAME (-NOPERM) leaves the lane
-// serving, unnamed. The waiters of a lane that cannot serve get
-// connections of their own, and with them Redis's own refusal.
+// protected mode: an error before any reply, then the close), its AUTH
+// (the password is forgotten: identities.forget), SELECT or HELLO, or a
+// fresh connection's requests (CLIENT SETNAME's -NOAUTH: the loop then
+// dials no lane for that rules generation). Only an ACL that forbids the
+// lane's user CLIENT SETNAME (-NOPERM) leaves it serving, unnamed. The
+// waiters of a lane that cannot serve go to connections of their own,
+// and get Redis's own refusal there.
 func (ln *lane) setupReplied(fr *resp.Frame) bool {
-	first := ln.setupLeft == 1+b2i(ln.key.db != 0)+b2i(ln.key.proto != 2)
-	ln.setupLeft--
+	step := ln.setup[0]
+	ln.setup = ln.setup[1:]
 	if t := fr.Value.Type; t == resp.TypeError || t == resp.TypeBulkError {
-		switch head := fr.Value.Head(); {
-		case first && bytes.HasPrefix(head, noAuth):
+		head := fr.Value.Head()
+		switch {
+		case step == setupAuth:
+			ln.srv.ids.forget(ln.key.user)
+			return false
+		case step == setupName && ln.key.user == "" && bytes.HasPrefix(head, noAuth):
 			if ln.l.denied == nil {
 				ln.l.denied = map[uint64]bool{}
 			}
 			ln.l.denied[ln.key.gen] = true
 			return false
-		case !first || !bytes.HasPrefix(head, noPerm):
+		case step != setupName || !bytes.HasPrefix(head, noPerm):
 			return false
 		}
 	}
-	if ln.setupLeft == 0 {
+	if len(ln.setup) == 0 {
 		ln.life = laneOpen
 	}
 	return true
 }
 
 var (
-	noAuth = []byte("NOAUTH")
-	noPerm = []byte("NOPERM")
+	authCmd = []byte("AUTH")
+	noAuth  = []byte("NOAUTH")
+	noPerm  = []byte("NOPERM")
 )
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // onClose ends the lane: the replies Redis sent before it closed go to
 // their sessions, the sessions still owed replies lose them as they would
@@ -428,10 +474,16 @@ func (ln *lane) onClose(c gnet.Conn) {
 	ws := ln.waiters
 	ln.waiters = nil
 	for _, s := range ws {
-		if opened {
+		switch {
+		case opened:
 			s.resume(pauseRoute) // takes another lane
-		} else if s.pause == pauseRoute && !s.closing() && !s.released() {
-			ln.l.pin(s)
+		case s.pause == pauseRoute && !s.closing() && !s.released():
+			if s.shared {
+				ln.l.noLane(s, ln.key) // to its own connection
+			} else {
+				s.noLane = ln.key
+				s.resume(pauseRoute) // it stays on its own connection
+			}
 		}
 	}
 }

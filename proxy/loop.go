@@ -74,8 +74,9 @@ func (l *loopState) unregister(s *session) {
 // before now - shrinkIdleAfter (coarse clock), closes the clients on
 // lanes that sent nothing for longer than Redis's timeout (0: none), as
 // Redis would have closed their own connections (their lanes keep none),
-// and closes the lanes that carried nothing for a while (closeIdle). On
-// the loop.
+// keeps the own connections of clients on lanes from Redis's timeout
+// (keepOwn), and closes the lanes that carried nothing for a while
+// (closeIdle). On the loop.
 func (l *loopState) shrinkIdle(now int64, timeout time.Duration) {
 	for _, s := range l.sessions {
 		if now-s.lastForward >= int64(shrinkIdleAfter) {
@@ -84,6 +85,7 @@ func (l *loopState) shrinkIdle(now int64, timeout time.Duration) {
 		if timeout > 0 && s.shared && s.sent.len() == 0 && s.life == clientOpen && now-s.lastRead > int64(timeout) {
 			s.closeWhenFlushed() // Redis frees an idle client without a word
 		}
+		s.keepOwn(now, timeout)
 	}
 	l.closeIdle(now, timeout)
 }

@@ -158,7 +158,7 @@ func New(cfg Config, cache *hotcache.Cache, adm *detector.Admission, up Upstream
 	cache.SetRank(adm.Saved)
 	return &Server{
 		convEnv: convEnv{cache: cache, det: det, adm: adm, fences: up, settings: up, topo: up.Cluster(), ids: newIdentities(),
-			addrMap: cfg.AddrMap},
+			addrMap: cfg.AddrMap, multiplex: cfg.Multiplex},
 		cfg:        cfg,
 		counters:   up,
 		hk:         hotkeys.NewTracker(det.Loops(), nil, nil),

@@ -55,6 +55,9 @@ type session struct {
 	// its socket or query buffer, or in the lane's buffer in Cicada
 	// (counted as its own connection's would be, see backlog).
 	laneSent int64
+	// upUsed is the coarse clock when a request last went on its own
+	// connection (keepOwn).
+	upUsed int64
 	// lastRead is the coarse clock when the client last sent bytes: Cicada
 	// applies Redis's timeout to a client on a lane (shrinkIdle).
 	lastRead   int64
@@ -240,7 +243,7 @@ func (s *session) processClient() {
 	if s.shared && s.lane != nil && s.lane.life == laneClosed {
 		s.lane, s.on = nil, shareKey{} // it died with nothing of ours in flight: take another
 	}
-	if s.shared && s.sent.len() == 0 && s.on != s.shareKey() && !l.switchLane(s, s.shareKey()) {
+	if s.shared && s.sent.len() == 0 && s.on != s.shareKey() && !l.switchLane(s, s.shareKey()) && s.pause != pauseNone {
 		// Nothing is parsed before the client has the lane of its state
 		// (its first request included: a fresh connection's requests are
 		// served, refused or closed as Redis would, see
@@ -389,8 +392,11 @@ func (s *session) forward(queued *uint64) {
 				s.laneSent += int64(len(b))
 			}
 			s.lane.send(s, l.upv, int(s.queuedN-*queued))
-		} else if _, err := s.up.Writev(l.upv); err != nil {
-			s.srv.log.Debug("upstream write failed", zap.Error(err))
+		} else {
+			s.upUsed = s.lastForward
+			if _, err := s.up.Writev(l.upv); err != nil {
+				s.srv.log.Debug("upstream write failed", zap.Error(err))
+			}
 		}
 	}
 	*queued = s.queuedN
@@ -449,12 +455,7 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 	s.up, s.upLife = c, upOpen
 	s.el.stats.own.Add(1)
 	if s.pause == pauseRoute {
-		s.pause = pauseNone
-		if b := s.setup(nil); len(b) > 0 {
-			s.pause = pauseSetup
-			if _, err := c.Write(b); err != nil {
-				return gnet.Close
-			}
+		if s.setupOwn(); s.pause != pauseNone {
 			return gnet.None
 		}
 	}
@@ -465,6 +466,38 @@ func (s *session) onUpstreamOpen(c gnet.Conn) gnet.Action {
 	}
 	return gnet.None
 }
+
+// setupOwn gives the session's own connection the client's state, as it
+// comes back from lanes (conversation.setup), before anything else goes
+// on it: the session waits for Redis's answers (pauseSetup) if there was
+// anything to give.
+func (s *session) setupOwn() {
+	s.pause = pauseNone
+	if b := s.setup(nil); len(b) > 0 {
+		s.pause = pauseSetup
+		s.upUsed = s.srv.clock.Load()
+		_, _ = s.up.Write(b) // a failure closes it: onUpstreamClose
+	}
+}
+
+// keepOwn sends a PING, whose reply is dropped, on the own connection of
+// a client that is on lanes, when the connection has carried nothing for
+// half Redis's timeout: Redis would close it as idle, and with it the
+// client (docs/limits.md). Parsing waits for the reply (nothing may be in
+// flight on two connections). On the loop, from its sweep.
+func (s *session) keepOwn(now int64, timeout time.Duration) {
+	if timeout <= 0 || !s.shared || s.upLife != upOpen || s.sent.len() > 0 || s.pause != pauseNone ||
+		s.closing() || now-s.upUsed < int64(timeout/2) {
+		return
+	}
+	s.upUsed = now
+	s.queue(request{kind: expectDrop})
+	s.pause = pauseReplies
+	_, _ = s.up.Write(pingCmd)
+}
+
+// pingCmd is the PING of keepOwn.
+var pingCmd = resp.AppendCommand(nil, []byte("PING"))
 
 // onClientClose handles the end of the gnet client connection c: if the
 // client ended it with work left for Redis, the session goes on without

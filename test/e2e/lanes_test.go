@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,5 +99,130 @@ func TestLaneClientStates(t *testing.T) {
 	}
 	if got := metric(t, p.Proxy, "cicada_upstream_pins_total", ""); got != clients {
 		t.Errorf("cicada_upstream_pins_total %v, want %d (one per client, at its MULTI)", got, clients)
+	}
+}
+
+// TestLanesUnderRequirepass: under requirepass, a client gets a
+// connection of its own for its AUTH, then goes back to a lane
+// authenticated as its user (with the password Redis accepted from it);
+// the connection of its own stays, idle, for what needs it. ACL users
+// get lanes of their own.
+func TestLanesUnderRequirepass(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes")
+	}
+	p := newPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw", Loops: 1})
+	for _, addr := range []string{p.Direct.Addr, p.Behind.Addr} {
+		rc := redis.NewClient(&redis.Options{Addr: addr, Password: "pw", DisableIdentity: true})
+		mustDo(t, rc, "ACL", "SETUSER", "alice", "on", ">apw", "~*", "+@all")
+		rc.Close()
+	}
+	const clients = 10
+	for i := range clients {
+		auth := []string{"AUTH", "pw"}
+		if i%2 == 1 {
+			auth = []string{"AUTH", "alice", "apw"}
+		}
+		k := "k" + strconv.Itoa(i)
+		p.Compare(t, send(cmds([]string{"GET", k}, auth)), // refused until AUTH
+			send(cmds([]string{"SET", k, "v"}, []string{"GET", k}, []string{"GET", k}, []string{"INCR", "n"})))
+	}
+	// Clients that stay: their own connections last ran AUTH; everything
+	// after it went on the lanes.
+	for i := range clients {
+		c, br := readyAuthConn(t, p.Proxy.Addr, i%2 == 1)
+		defer c.Close()
+		sendBytes(t, c, cmd("SET", "x", "1")+cmd("GET", "x"))
+		for _, want := range []string{"+OK\r\n", "$1\r\n1\r\n"} {
+			if got, err := redistest.ReadReply(br); err != nil || string(got) != want {
+				t.Fatalf("client %d: %q, %v; want %q", i, got, err, want)
+			}
+		}
+	}
+	direct := redis.NewClient(&redis.Options{Addr: p.Behind.Addr, Password: "pw", DisableIdentity: true})
+	defer direct.Close()
+	lanes, parked := map[string]int{}, 0
+	for _, line := range strings.Split(direct.ClientList(context.Background()).Val(), "\n") {
+		_, u, _ := strings.Cut(line, " user=")
+		u, _, _ = strings.Cut(u, " ")
+		switch {
+		case strings.Contains(line, " name=cicada-lane "):
+			lanes[u]++
+		case strings.Contains(line, " name= ") && strings.Contains(line, " cmd=auth "):
+			parked++
+		}
+	}
+	if lanes["default"] != 1 || lanes["alice"] != 1 {
+		t.Errorf("lanes by user: %v, want one for default and one for alice", lanes)
+	}
+	if parked != clients {
+		t.Errorf("%d connections whose last command is AUTH, want %d: the clients' own, idle since", parked, clients)
+	}
+}
+
+// readyAuthConn dials addr and authenticates, as alice or with
+// requirepass's password.
+func readyAuthConn(t *testing.T, addr string, alice bool) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialPlain(t, addr)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	auth := cmd("AUTH", "pw")
+	if alice {
+		auth = cmd("AUTH", "alice", "apw")
+	}
+	sendBytes(t, c, auth)
+	if r, err := redistest.ReadReply(br); err != nil || string(r) != "+OK\r\n" {
+		t.Fatalf("AUTH: %q, %v", r, err)
+	}
+	return c, br
+}
+
+// TestLaneAuthFailsAfterPasswordChange: a password changed on Redis
+// directly, before Cicada has seen the change, makes the next lane's AUTH
+// fail: its clients stay on their own connections, still authenticated as
+// Redis keeps them, and get what Redis gives them there; a client that
+// authenticates with the new password gets lanes again.
+func TestLaneAuthFailsAfterPasswordChange(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes")
+	}
+	// Rules changes are checked once a minute: unseen during the test.
+	r, p := newProxied(t, cicadatest.Options{Password: "pw", Loops: 1, CheckInterval: time.Minute}, "--requirepass", "pw")
+	a, abr := readyAuthConn(t, p.Addr, false)
+	defer a.Close()
+	expect := func(c net.Conn, br *bufio.Reader, req string, want ...string) {
+		t.Helper()
+		sendBytes(t, c, req)
+		for _, w := range want {
+			if got, err := redistest.ReadReply(br); err != nil || string(got) != w {
+				t.Fatalf("%q: got %q, %v; want %q", req, got, err, w)
+			}
+		}
+	}
+	expect(a, abr, cmd("SET", "k", "v")+cmd("GET", "k"), "+OK\r\n", "$1\r\nv\r\n") // on the lane of db 0
+	direct := redis.NewClient(&redis.Options{Addr: r.Addr, Password: "pw", DisableIdentity: true})
+	defer direct.Close()
+	mustDo(t, direct, "CONFIG", "SET", "requirepass", "pw2")
+	lanesBefore := metric(t, p, "cicada_upstream_lanes", "")
+	// The lane of db 1 authenticates with the old password and fails: the
+	// client goes on, on its own connection.
+	expect(a, abr, cmd("SELECT", "1"), "+OK\r\n")
+	expect(a, abr, cmd("SET", "k", "w")+cmd("GET", "k"), "+OK\r\n", "$1\r\nw\r\n")
+	if got := metric(t, p, "cicada_upstream_lanes", ""); got != lanesBefore {
+		t.Errorf("lanes %v, want %v: the lane of db 1 should have failed", got, lanesBefore)
+	}
+	if got := direct.Do(context.Background(), "GET", "k").Val(); got != "v" {
+		t.Errorf("db 0's k: %v, want v", got)
+	}
+	// A client with the new password: lanes again, db 1's among them.
+	b := dialPlain(t, p.Addr)
+	defer b.Close()
+	bbr := bufio.NewReader(b)
+	_ = b.SetDeadline(time.Now().Add(30 * time.Second))
+	expect(b, bbr, cmd("AUTH", "pw")+cmd("AUTH", "pw2"), "-WRONGPASS invalid username-password pair or user is disabled.\r\n", "+OK\r\n")
+	expect(b, bbr, cmd("SELECT", "1")+cmd("GET", "k"), "+OK\r\n", "$1\r\nw\r\n")
+	if got := metric(t, p, "cicada_upstream_lanes", ""); got != lanesBefore+1 {
+		t.Errorf("lanes %v, want %v: one more for db 1, with the new password", got, lanesBefore+1)
 	}
 }
