@@ -79,6 +79,20 @@ func (s *Spec) Sharing(args [][]byte, argc int64) Share {
 	return ShareAny
 }
 
+// UnknownSharing says whether a request the table cannot resolve (nil
+// spec) may travel on a shared connection: a subcommand unknown to a
+// command with subcommands (CLIENT SETINFO before Redis 7.2, say) is
+// refused by Redis without a state change, ShareAny; anything else may be
+// a module's and may do anything, ShareNone.
+func UnknownSharing(args [][]byte) Share {
+	if len(args) > 1 {
+		if s := Resolve(args[:1]); s != nil && s.container {
+			return ShareAny
+		}
+	}
+	return ShareNone
+}
+
 // mayBlock reports whether an XREAD or XREADGROUP may have a BLOCK
 // option: one of its arguments before STREAMS is BLOCK, or was not
 // captured.

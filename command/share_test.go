@@ -58,6 +58,15 @@ func TestSharing(t *testing.T) {
 			t.Errorf("%s: got %d, want %d", tt.req, got, tt.want)
 		}
 	}
+	for req, want := range map[string]Share{"CLIENT NOSUCH x": ShareAny, "CONFIG NOSUCH": ShareAny, "NOSUCH x": ShareNone, "CLIENT": ShareNone} {
+		var args [][]byte
+		for _, a := range strings.Fields(req) {
+			args = append(args, []byte(a))
+		}
+		if got := UnknownSharing(args); got != want {
+			t.Errorf("UnknownSharing(%s): got %d, want %d", req, got, want)
+		}
+	}
 	// An argument not captured may be BLOCK.
 	args := [][]byte{[]byte("XREAD"), nil, []byte("STREAMS"), []byte("s"), []byte("0")}
 	if got := Resolve(args).Sharing(args, 5); got != ShareNone {

@@ -241,7 +241,11 @@ func (cv *conversation) route(args [][]byte, argc int64) (spec *command.Spec, re
 	want := cv.shareKey()
 	if !readShape(args, argc) {
 		spec, resolved = cv.env.settings.Commands().Resolve(args), true
-		switch spec.Sharing(args, argc) {
+		sh := spec.Sharing(args, argc)
+		if spec == nil {
+			sh = command.UnknownSharing(args)
+		}
+		switch sh {
 		case command.ShareNone:
 			if !cv.shared {
 				return spec, resolved, decideForward
@@ -282,7 +286,9 @@ func (cv *conversation) ownState(spec *command.Spec, args [][]byte, argc int64) 
 	}
 	switch name {
 	case "":
-		cv.sticky = true // nothing tells what it does to its connection
+		// Nothing tells what it does to its connection, unless Redis
+		// refuses it (an unknown subcommand).
+		cv.sticky = cv.sticky || command.UnknownSharing(args) == command.ShareNone
 	case "watch":
 		cv.watching = cv.watching || spec.ArityOK(int(argc))
 	case "unwatch":

@@ -176,6 +176,9 @@ func (l *loopState) switchLane(s *session, k shareKey) bool {
 		s.shared = true
 		s.leaveOwn()
 		s.parser.SetHold(laneHold)
+		if s.upLife != upNone {
+			l.stats.returns.Add(1)
+		}
 	}
 	s.lane, s.on = ln, k
 	// The lane's setup was answered: Redis accepted the connection that

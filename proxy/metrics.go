@@ -58,6 +58,8 @@ var (
 		"Upstream connections of a single client open now (clients that needed one, or all with --multiplex=false).", nil, nil)
 	descPins = prometheus.NewDesc("cicada_upstream_pins_total",
 		"Clients moved from lanes to a connection of their own.", nil, nil)
+	descReturns = prometheus.NewDesc("cicada_upstream_returns_total",
+		"Clients moved from a connection of their own back to lanes.", nil, nil)
 	descUpErrors = prometheus.NewDesc("cicada_upstream_errors_total",
 		"Upstream connections that could not be made and invalid replies from Redis.", nil, nil)
 	descSubUp = prometheus.NewDesc("cicada_keyspace_subscription_up",
@@ -86,7 +88,7 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descFloor, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
-		descLanes, descOwn, descPins, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
+		descLanes, descOwn, descPins, descReturns, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
 	}
@@ -97,11 +99,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	srv := c.srv
 	var hits, misses, fwd, tried, fills, unsettled uint64
 	var inflight, lanes, own int64
-	var pins uint64
+	var pins, returns uint64
 	for _, l := range srv.loopList() {
 		lanes += l.stats.lanes.Load()
 		own += l.stats.own.Load()
 		pins += l.stats.pins.Load()
+		returns += l.stats.returns.Load()
 		hits += l.stats.hits.Load()
 		misses += l.stats.misses.Load()
 		fwd += l.stats.forwarded.Load()
@@ -144,6 +147,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLanes, float64(lanes))
 	gauge(descOwn, float64(own))
 	counter(descPins, pins)
+	counter(descReturns, returns)
 	counter(descUpErrors, srv.UpstreamErrors())
 	collectLatency(ch, srv.loopList())
 	gauge(descSubUp, b2f(srv.fences.Ready()))
