@@ -16,27 +16,35 @@ import (
 //
 // One upstream connection per client makes Redis read and write once per
 // client per request. A lane carries the requests of every client of its
-// loop whose connection is in the lane's state (shareKey: the fresh
-// identity of a rules generation, a db, a protocol), so Redis reads many
-// clients' requests at once and writes their replies at once. A client
-// starts on the lane of the state a fresh connection has (Config.Multiplex):
+// loop whose connection is in the lane's state (shareKey: an identity, the
+// fresh connection's of a rules generation or an ACL user's, a db, a
+// protocol), so Redis reads many clients' requests at once and writes
+// their replies at once. A client starts on the lane of the state a fresh
+// connection has (Config.Multiplex):
 //
 //	client A ─┐                 ┌─ owed: A 2, B 1, A 1
-//	client B ─┼─► lane (gen, db, proto) ─► Redis
+//	client B ─┼─► lane (identity, db, proto) ─► Redis
 //	client C ─┘     replies, in order ─► the owed client's framer ─► client
 //
-// A lane writes only whole requests (the parser's hold mode), each
-// client's at the end of its batch, and keeps the sessions it owes
-// replies in the order their requests were written (owed). Each reply is
-// framed by its session's own conversation, as on a connection of its
-// own; a session whose client left has its replies framed and dropped.
+// A lane writes only whole requests (the parser's hold mode): what its
+// clients send during one round of the loop goes out in one write at the
+// round's end, or at once when the lane owes no reply. It keeps the
+// sessions it owes replies in the order their requests were written
+// (owed); each reply is framed by its session's own conversation, as on a
+// connection of its own; a session whose client left has its replies
+// framed and dropped.
 //
 // Where a request needs its connection's state (command.Sharing), its
-// session waits until its replies on the lane are in, then dials a
-// connection of its own, gives it the client's state (conversation.setup)
-// and keeps it. A SELECT or HELLO moves the session to the lane of the
-// state it asks for, where it is a no-op. A client's requests are never on
-// two connections at once: a session moves only with nothing in flight.
+// session waits until its replies on the lane are in, then goes on a
+// connection of its own (dialed the first time, then kept), given the
+// client's state (conversation.setup). Once that state is gone
+// (conversation.canShare), its next request a lane carries takes it back
+// to the lane of its state. A SELECT or HELLO moves the session to the
+// lane of the state it asks for, where it is a no-op. A client Redis has
+// authenticated as a user shares that user's lanes, which authenticate
+// with the password Redis accepted from a client (identities.remember).
+// A client's requests are never on two connections at once: a session
+// moves only with nothing in flight.
 //
 // A lane dies as a connection does (CLIENT KILL, a restart, a reply that
 // is not RESP): the sessions it owed replies get what Redis sent and then
@@ -77,6 +85,8 @@ type lane struct {
 	out      []byte
 	flushing bool
 	flushFn  gnet.RunnableFunc
+	// done is onTraffic's scratch: the sessions whose replies are all in.
+	done []*session
 }
 
 // owedReplies are n replies a lane owes session s.
@@ -349,14 +359,16 @@ func (ln *lane) onTraffic() gnet.Action {
 		return gnet.Close
 	}
 	buf, _ := ln.conn.Peek(-1)
-	off, done, ok := ln.take(buf, nil)
+	off, done, ok := ln.take(buf, ln.done[:0])
+	ln.done = done
 	if off > 0 { // gnet's Discard(0) discards everything
 		_, _ = ln.conn.Discard(off)
 	}
 	if !ok {
 		return gnet.Close // onClose closes the clients it owes replies
 	}
-	for _, s := range done {
+	for i, s := range done {
+		done[i] = nil
 		s.repliesIn()
 	}
 	if ln.life == laneOpen && ln.waiters != nil && !ln.polling {
