@@ -13,7 +13,7 @@ help:
 	@echo "make image   docker build the container image cicada:$(VERSION) (needs a Docker engine)"
 	@echo "make run     run Cicada before a local Redis (UPSTREAM=host:port, ARGS='--flags')"
 	@echo "make test    go vet, go test -race against Redis 7.0, and the e2e, conformance and linearizability suites against Redis 8.0 and Valkey 8.1 (installs redis-server, redis-tools, gcc, python3-redis, Node.js and the npm clients if missing; about 14 min the first time, 9 after)"
-	@echo "make conformance  the long differential, linearizability and fault runs (about 10 min)"
+	@echo "make conformance  the long differential, linearizability and fault runs, with lanes and without (about 20 min)"
 	@echo "make test-matrix  the long runs and the e2e suite against Redis 7.0 (Debian 12), Redis 8.0 and Valkey 8.1 (about 35 min)"
 	@echo "make servers-next Valkey 9.1 from Debian unstable into bin/servers, to try by hand (not in the matrix yet)"
 	@echo "make servers      fetch Redis 8.0 and Valkey 8.1 from Debian 13's packages into bin/servers (make test does)"
@@ -77,14 +77,19 @@ test: deps servers
 	done
 
 # The long runs of issue 3's harnesses; `make test` runs short, seeded ones.
-# -v prints the figures (conversations, histories, stale windows).
+# -v prints the figures (conversations, histories, stale windows). They run
+# twice: with lanes (clients sharing upstream connections, the default) and
+# with MULTIPLEX=false (an upstream connection per client, --multiplex=false).
 conformance: deps conformance-run
 
 conformance-run:
-	go test -count=1 -timeout 60m -v -run TestGenerated ./test/conformance \
-		-conformance.n=10000 -conformance.workers=2
-	go test -count=1 -timeout 60m -v -run 'TestLinearizable|TestFaults|TestBypassStaleness' ./test/linearizability \
-		-lin.runs=20 -lin.duration=10s
+	@for m in true false; do \
+		echo "== MULTIPLEX=$$m"; \
+		MULTIPLEX=$$m go test -count=1 -timeout 60m -v -run TestGenerated ./test/conformance \
+			-conformance.n=10000 -conformance.workers=2 || exit 1; \
+		MULTIPLEX=$$m go test -count=1 -timeout 60m -v -run 'TestLinearizable|TestFaults|TestBypassStaleness' ./test/linearizability \
+			-lin.runs=20 -lin.duration=10s || exit 1; \
+	done
 
 # `make conformance` and the e2e suite on every server of the matrix, 7.0
 # included.

@@ -35,7 +35,11 @@
 //
 // # Ports, processes and ownership
 //
-// Every port comes from redistest.FreePort (loopback only). Servers and
+// Every port is a free loopback port outside the kernel's ephemeral range
+// (distinctPorts): a cluster names its ports (the address map, the
+// announced addresses) before its processes bind them, and an ephemeral
+// port found free could meanwhile become the source port of another
+// process's connection (a package's tests running beside). Servers and
 // sidecars die with the test process (Pdeathsig) and are stopped by
 // t.Cleanup. A Cluster and its Nodes are used only by the goroutine of
 // the test that started the cluster, not by its subtests' (their methods
@@ -47,6 +51,7 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -338,22 +343,53 @@ func (c *Cluster) Announced(n *Node) string {
 	return n.RedisAddr
 }
 
-// distinctPorts returns n distinct free loopback ports.
+// distinctPorts returns n distinct loopback ports, free when it returns,
+// below the kernel's ephemeral range (ip_local_port_range; at least
+// 10000): no outgoing connection or port-0 listener of another process
+// takes them before the cluster binds them.
 func distinctPorts(t testing.TB, n int) []int {
 	t.Helper()
+	lo, hi := 10000, ephemeralLow()
+	if hi-lo < 10*n {
+		t.Fatalf("ephemeral ports start at %d: no room below for %d ports", hi, n)
+	}
 	seen := map[int]bool{}
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
-		if tries == 10*n {
-			t.Fatalf("redistest.FreePort gave %d distinct ports in %d tries, want %d", len(ports), tries, n)
+		if tries == 100*n {
+			t.Fatalf("%d free ports in [%d, %d) after %d tries, want %d", len(ports), lo, hi, tries, n)
 		}
-		p := redistest.FreePort(t)
-		if !seen[p] {
-			seen[p] = true
-			ports = append(ports, p)
+		p := lo + rand.IntN(hi-lo)
+		if seen[p] {
+			continue
 		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // taken
+		}
+		_ = l.Close()
+		seen[p] = true
+		ports = append(ports, p)
 	}
 	return ports
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	v, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return v
 }
 
 // port returns the port of "host:port"; 0 when there is none.
