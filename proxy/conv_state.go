@@ -273,7 +273,7 @@ type conversation struct {
 	own ownState
 	// What the connection says of its client, as Redis confirmed it
 	// (CLIENT SETNAME, CLIENT SETINFO; "" for none), and whether a write
-	// went on a lane since the client was last on its own connection.
+	// went on a lane since the client's last WAIT or WAITAOF.
 	name, libName, libVer string
 	laneWrote             bool
 	// State of the client's own connection no lane carries, besides the
@@ -407,6 +407,7 @@ const (
 	decideLocal                   // answered from the cache (reply in loop.out)
 	decidePause                   // stop parsing: pauseReplies, unless the decider set another reason
 	decideInject                  // forward it and loop.injected right behind it
+	decidePrefix                  // forward loop.injected, then it
 	decideOwn                     // not yet: it needs the client's own connection (nothing decided, see route)
 	decideSwitch                  // not yet: it needs the lane of state want (nothing decided, see route)
 )

@@ -199,6 +199,19 @@ func (cv *conversation) onCommand(n int) decision {
 	if cv.opacity != framed {
 		return decideForward
 	}
+	prefix := cv.laneWrote && !cv.shared && spec != nil && (spec.Name == "wait" || spec.Name == "waitaof") && !cv.tx.queuing()
+	if prefix {
+		// WAIT and WAITAOF wait for this connection's writes, up to its
+		// replication offset, which the client's writes on lanes did not
+		// move: a PUBLISH (propagated to replicas and the AOF) moves it
+		// past them. Its reply is dropped: a user refused the channel, or
+		// a Redis Cluster node (whose PUBLISH goes through the cluster bus,
+		// not replication), gets a WAIT that counts only this connection's
+		// writes (docs/limits.md).
+		cv.laneWrote = false
+		cv.queue(request{kind: expectDrop})
+		cv.loop.injected = waitPublish
+	}
 	cv.queue(rq)
 	if spec == nil || spec.Flags&command.FlagReadonly == 0 || spec.Flags&command.FlagBlocking != 0 || conn != command.ConnNone {
 		// Not a plain read: it may change the connection's state without
@@ -208,6 +221,9 @@ func (cv *conversation) onCommand(n int) decision {
 	}
 	if pauseAfter {
 		cv.pause = pauseReplies
+	}
+	if prefix {
+		return decidePrefix
 	}
 	if cv.shared && (rq.act == command.ConnSetName || rq.act == command.ConnSetInfo) {
 		// The lane keeps what it says of itself in CLIENT LIST; the
@@ -339,11 +355,8 @@ func readShape(args [][]byte, argc int64) bool {
 // connection, which has state own (a new connection: a fresh one's), the
 // state the client has on lanes, and queues their replies to be
 // swallowed (expectSetup): its db and protocol, its name and library
-// (CLIENT SETNAME, CLIENT SETINFO), and, if it wrote on a lane, a PUBLISH
-// whose propagation moves the connection's replication offset past those
-// writes (WAIT and WAITAOF on it wait for them too; a Redis Cluster node
-// does not propagate PUBLISH to its replicas this way, see
-// docs/limits.md). Nothing is in flight when it is called.
+// (CLIENT SETNAME, CLIENT SETINFO). Nothing is in flight when it is
+// called.
 func (cv *conversation) setup(dst []byte) []byte {
 	add := func(args ...[]byte) {
 		dst = resp.AppendCommand(dst, args...)
@@ -364,10 +377,6 @@ func (cv *conversation) setup(dst []byte) []byte {
 	}
 	if cv.libVer != own.libVer {
 		add(clientCmd, setinfoArg, libVerArg, []byte(cv.libVer))
-	}
-	if cv.laneWrote {
-		add(publishCmd, waitChannel, []byte{})
-		cv.laneWrote = false
 	}
 	return dst
 }
@@ -390,10 +399,9 @@ var (
 		setInfoVer: resp.AppendCommand(nil, clientCmd, setinfoArg, libVerArg, nil)}
 )
 
-// Setup requests (conversation.setup). waitChannel is the channel of the
-// PUBLISH that moves a connection's replication offset: a subscriber of
-// it sees an empty message each time a client that wrote on a lane gets
-// its own connection.
+// Setup requests (conversation.setup), and waitPublish, the PUBLISH sent
+// before a WAIT or WAITAOF of a client that wrote on lanes: a subscriber
+// of __cicada__:wait sees an empty message each time.
 var (
 	selectCmd   = []byte("SELECT")
 	helloCmd    = []byte("HELLO")
@@ -402,8 +410,7 @@ var (
 	setinfoArg  = []byte("SETINFO")
 	libNameArg  = []byte("LIB-NAME")
 	libVerArg   = []byte("LIB-VER")
-	publishCmd  = []byte("PUBLISH")
-	waitChannel = []byte("__cicada__:wait")
+	waitPublish = resp.AppendCommand(nil, []byte("PUBLISH"), []byte("__cicada__:wait"), []byte{})
 )
 
 // effects applies what a forwarded command can do to cached data before it

@@ -559,14 +559,12 @@ func TestRoute(t *testing.T) {
 			t.Errorf("on its own connection, %s, %s: got %d, want %d", tt.name, tt.req, d, tt.want)
 		}
 	}
-	// Its own connection gets its db, protocol, name, library, and a
-	// PUBLISH past its writes on lanes.
-	cv.db, cv.proto, cv.name, cv.libName, cv.libVer, cv.laneWrote = 3, 3, "app", "go-redis", "9", true
+	// Its own connection gets its db, protocol, name and library.
+	cv.db, cv.proto, cv.name, cv.libName, cv.libVer = 3, 3, "app", "go-redis", "9"
 	got := string(cv.setup(nil))
-	want := cmds("SELECT 3", "HELLO 3", "CLIENT SETNAME app", "CLIENT SETINFO LIB-NAME go-redis", "CLIENT SETINFO LIB-VER 9") +
-		string(resp.AppendCommand(nil, []byte("PUBLISH"), []byte("__cicada__:wait"), []byte{}))
-	if got != want || cv.sent.len() != 6 || cv.sent.front().kind != expectSetup {
-		t.Errorf("setup: %q with %d requests queued, want %q and 6 expectSetup", got, cv.sent.len(), want)
+	want := cmds("SELECT 3", "HELLO 3", "CLIENT SETNAME app", "CLIENT SETINFO LIB-NAME go-redis", "CLIENT SETINFO LIB-VER 9")
+	if got != want || cv.sent.len() != 5 || cv.sent.front().kind != expectSetup {
+		t.Errorf("setup: %q with %d requests queued, want %q and 5 expectSetup", got, cv.sent.len(), want)
 	}
 	for cv.sent.len() > 0 {
 		cv.dequeue()

@@ -337,10 +337,15 @@ func (s *session) processClient() {
 					s.flushOut() // may close the client: the loop ends
 				}
 				continue
-			case decideInject:
-				off += n
+			case decideInject, decidePrefix:
+				if d == decideInject {
+					off += n
+				}
 				l.upv = append(l.upv, buf[fwd:off], l.injected)
 				fwd = off
+				if d == decidePrefix {
+					off += n // forwarded with what follows
+				}
 				if len(l.upv) >= maxUpv {
 					s.forward(&queued)
 				}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,5 +225,35 @@ func TestLaneAuthFailsAfterPasswordChange(t *testing.T) {
 	expect(b, bbr, cmd("SELECT", "1")+cmd("GET", "k"), "+OK\r\n", "$1\r\nw\r\n")
 	if got := metric(t, p, "cicada_upstream_lanes", ""); got != lanesBefore+1 {
 		t.Errorf("lanes %v, want %v: one more for db 1, with the new password", got, lanesBefore+1)
+	}
+}
+
+// TestWaitAfterLaneWrites: WAIT counts the writes of the connection it is
+// sent on; a client's WAIT after writes on a lane goes on its own
+// connection behind a PUBLISH that moves that connection's replication
+// offset past them, so it waits for them as on Redis: with the replica
+// stopped, both answer 0 after the timeout.
+func TestWaitAfterLaneWrites(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	p := cicadatest.Start(t, master.Addr, cicadatest.Options{Loops: 1})
+	direct := client(t, master.Addr, 2)
+	ctx := context.Background()
+	waitFor(t, func() bool { return strings.Contains(direct.Info(ctx, "replication").Val(), ",state=online,") })
+	mustDo(t, direct, "SET", "warm", "1")
+	if n, err := direct.Do(ctx, "WAIT", "1", "2000").Int64(); n != 1 {
+		t.Fatalf("WAIT with the replica up: %v, %v; want 1", n, err)
+	}
+	_ = replica.Cmd.Process.Signal(syscall.SIGSTOP)
+	defer func() { _ = replica.Cmd.Process.Signal(syscall.SIGCONT) }()
+	for _, addr := range []string{master.Addr, p.Addr} {
+		c, br := readyConn(t, addr)
+		defer c.Close()
+		sendBytes(t, c, cmd("SET", "k", "v")+cmd("WAIT", "1", "300"))
+		for _, want := range []string{"+OK\r\n", ":0\r\n"} {
+			if got, err := redistest.ReadReply(br); err != nil || string(got) != want {
+				t.Fatalf("through %s: SET then WAIT 1 300 with the replica stopped: %q, %v; want %q", addr, got, err, want)
+			}
+		}
 	}
 }
