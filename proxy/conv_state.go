@@ -316,6 +316,14 @@ type ownState struct {
 	name, libName, libVer string
 }
 
+// laneHold is the largest request a client on a lane sends there, in
+// bytes (resp.RequestParser.SetHold): every bulk of it is below
+// proto-max-bulk-len (at least 1 MiB), and a lane's query buffer in Redis
+// stays below client-query-buffer-limit (at least 1 MiB) with what a read
+// brings besides. A larger request, or an inline one over
+// resp.MaxInlineSize, goes on the client's own connection.
+const laneHold = 512 << 10
+
 // CLIENT SETINFO attributes (request.arg).
 const (
 	setInfoName = iota // LIB-NAME

@@ -18,7 +18,7 @@ func (cv *conversation) onCommand(n int) decision {
 	resolved := false
 	if cv.shared || cv.canShare() {
 		var d decision
-		if spec, resolved, d = cv.route(args, argc); d != decideForward {
+		if spec, resolved, d = cv.route(args, argc, n); d != decideForward {
 			return d
 		}
 	}
@@ -248,10 +248,11 @@ func (cv *conversation) onCommand(n int) decision {
 // client on its own connection that could share again, on another lane,
 // or whose confirmed state is no longer its lane's; the lane of the state
 // a SELECT or HELLO asks for). It decides nothing else: the request is
-// decided again once the session has moved it. A request some of whose
-// bytes went to the client's own connection already stays there.
-func (cv *conversation) route(args [][]byte, argc int64) (spec *command.Spec, resolved bool, d decision) {
-	if !cv.shared && cv.parser.Consumed() {
+// decided again once the session has moved it. A request of n bytes that
+// a lane would not take (laneHold), or some of whose bytes went to the
+// client's own connection already, stays there.
+func (cv *conversation) route(args [][]byte, argc int64, n int) (spec *command.Spec, resolved bool, d decision) {
+	if !cv.shared && (cv.parser.Consumed() || n > laneHold || cv.parser.Inline() && n > resp.MaxInlineSize) {
 		return nil, false, decideForward
 	}
 	want := cv.shareKey()

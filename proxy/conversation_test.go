@@ -511,7 +511,7 @@ func TestRoute(t *testing.T) {
 		if n, r := cv.parser.Parse([]byte(in)); r != resp.Complete || n != len(in) {
 			t.Fatalf("%s: parse (%d, %d)", tt.req, n, r)
 		}
-		_, _, d := cv.route(cv.parser.Args(), cv.parser.Argc())
+		_, _, d := cv.route(cv.parser.Args(), cv.parser.Argc(), len(in))
 		if d != tt.want || d == decideSwitch && cv.want != tt.to {
 			t.Errorf("%s: got %d (want state %+v), want %d (%+v)", tt.req, d, cv.want, tt.want, tt.to)
 		}
@@ -524,7 +524,7 @@ func TestRoute(t *testing.T) {
 	cv := newConversation(&srv.convEnv, &l.loopEnv)
 	cv.shared, cv.gen, cv.on = true, home.gen, shareKey{gen: 7, db: 99, proto: 2}
 	cv.parser.Parse([]byte(cmds("GET k")))
-	if _, _, d := cv.route(cv.parser.Args(), cv.parser.Argc()); d != decideSwitch || cv.want != home {
+	if _, _, d := cv.route(cv.parser.Args(), cv.parser.Argc(), 14); d != decideSwitch || cv.want != home {
 		t.Errorf("GET on the lane of another db: got %d to %+v, want decideSwitch to %+v", d, cv.want, home)
 	}
 	// A client on its own connection goes back to a lane when its state
@@ -546,6 +546,7 @@ func TestRoute(t *testing.T) {
 		{"anonymous identity", func(cv *conversation) { cv.gen = 0 }, "GET k", decideForward},
 		{"user", func(cv *conversation) { cv.gen, cv.laneUser = 0, "alice" }, "GET k", decideSwitch},
 		{"no lane", func(cv *conversation) { cv.noLane = home }, "GET k", decideForward},
+		{"over laneHold", func(cv *conversation) {}, "SET k v", decideForward}, // as if its value were larger
 	} {
 		cv := newConversation(&srv.convEnv, &l.loopEnv)
 		cv.gen = home.gen
@@ -553,7 +554,11 @@ func TestRoute(t *testing.T) {
 		cv.parser.Parse([]byte(cmds(tt.req)))
 		d := decideForward
 		if cv.canShare() {
-			_, _, d = cv.route(cv.parser.Args(), cv.parser.Argc())
+			n := 20
+			if tt.name == "over laneHold" {
+				n = laneHold + 1 // a lane would refuse it (resp.Oversize): it stays
+			}
+			_, _, d = cv.route(cv.parser.Args(), cv.parser.Argc(), n)
 		}
 		if d != tt.want {
 			t.Errorf("on its own connection, %s, %s: got %d, want %d", tt.name, tt.req, d, tt.want)

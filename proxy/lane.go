@@ -111,13 +111,6 @@ const (
 
 // Lane limits.
 const (
-	// laneHold is the largest request a client on a lane sends there, in
-	// bytes (resp.RequestParser.SetHold): every bulk of it is below
-	// proto-max-bulk-len (at least 1 MiB), and a lane's query buffer in
-	// Redis stays below client-query-buffer-limit (at least 1 MiB) with
-	// what a read brings besides. A larger request moves its client to a
-	// connection of its own.
-	laneHold = 512 << 10
 	// laneBacklog is how many bytes Redis has not read from a lane before
 	// its clients wait: a lane stalled behind a slow command holds about
 	// what one client's connection would hold in Redis's socket buffers.
