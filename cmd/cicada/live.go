@@ -56,7 +56,6 @@ type live struct {
 	mu       sync.Mutex // guards the following
 	cur      *Config    // the settings in force
 	fromFile *Config    // the last load of all layers: a file edit is what differs from it
-	watcher  *file.File
 	debounce *time.Timer
 }
 
