@@ -29,8 +29,11 @@ const (
 // ownNames are commands with no ConnEffect that still belong to their
 // connection: WATCH and UNWATCH (watched keys), ASKING (a flag for the
 // next command), WAIT and WAITAOF (they wait for the connection's own
-// writes).
-var ownNames = map[string]bool{"watch": true, "unwatch": true, "asking": true, "wait": true, "waitaof": true}
+// writes), SCRIPT DEBUG (the connection's scripts run in the debugger;
+// SYNC blocks Redis until it ends), DEBUG (PROTOCOL answers with a push,
+// SLEEP blocks, and the rest is for a debugging connection).
+var ownNames = map[string]bool{"watch": true, "unwatch": true, "asking": true, "wait": true, "waitaof": true,
+	"script|debug": true, "debug": true}
 
 // Sharing says whether the request args (argc arguments; args as the
 // parser captured them, nil where not captured) with spec s (nil: a
@@ -47,7 +50,10 @@ func (s *Spec) Sharing(args [][]byte, argc int64) Share {
 	case ConnSetName, ConnSetInfo:
 		// What the connection reports of its client (CLIENT LIST, CLIENT
 		// INFO): the proxy keeps it for the client and sets it on the
-		// client's own connection when it gets one.
+		// client's own connection when it gets one, if it could capture it.
+		if int64(len(args)) != argc || args[len(args)-1] == nil {
+			return ShareNone
+		}
 		return ShareAny
 	case ConnSelect:
 		if !s.ArityOK(int(argc)) || len(args) < 2 || args[1] == nil {
@@ -94,19 +100,37 @@ func UnknownSharing(args [][]byte) Share {
 }
 
 // mayBlock reports whether an XREAD or XREADGROUP may have a BLOCK
-// option: one of its arguments before STREAMS is BLOCK, or was not
-// captured.
+// option before STREAMS: its options (XREADGROUP's GROUP group consumer
+// first, then COUNT n, BLOCK ms, NOACK) are read in order as Redis reads
+// them; an argument not captured, or one that is no option, may be
+// anything.
 func mayBlock(args [][]byte, argc int64) bool {
-	for i := 1; i < int(argc); i++ {
-		if i >= len(args) || args[i] == nil {
+	arg := func(i int) []byte {
+		if i >= len(args) || i >= int(argc) {
+			return nil
+		}
+		return args[i]
+	}
+	i := 1
+	if EqualFold(args[0], "xreadgroup") {
+		if a := arg(1); a == nil || !EqualFold(a, "group") || arg(2) == nil || arg(3) == nil {
 			return true
 		}
+		i = 4
+	}
+	for ; i < int(argc); i++ {
+		a := arg(i)
 		switch {
-		case EqualFold(args[i], "block"):
+		case a == nil:
 			return true
-		case EqualFold(args[i], "streams"):
+		case EqualFold(a, "streams"):
 			return false
+		case EqualFold(a, "count"):
+			i++ // its value
+		case EqualFold(a, "noack"):
+		default:
+			return true // BLOCK, or nothing Redis takes before STREAMS
 		}
 	}
-	return false
+	return true // no STREAMS: refused, but it may be anything
 }

@@ -21,6 +21,12 @@ func TestSharing(t *testing.T) {
 		{"CLIENT SETNAME app", ShareAny},
 		{"XREAD COUNT 1 STREAMS s 0", ShareAny},
 		{"XREADGROUP GROUP g c STREAMS s >", ShareAny},
+		{"XREADGROUP GROUP g c COUNT 2 NOACK STREAMS s >", ShareAny},
+		{"XREADGROUP GROUP streams c BLOCK 1500 STREAMS s >", ShareNone},
+		{"XREADGROUP GROUP g streams STREAMS s >", ShareAny},
+		{"XREAD COUNT block STREAMS s 0", ShareAny}, // refused: COUNT's value
+		{"SCRIPT DEBUG YES", ShareNone},
+		{"DEBUG PROTOCOL push", ShareNone},
 		{"SELECT 3", ShareSwitch},
 		{"SELECT", ShareAny}, // wrong arity: refused, no change
 		{"HELLO", ShareAny},
@@ -67,8 +73,13 @@ func TestSharing(t *testing.T) {
 			t.Errorf("UnknownSharing(%s): got %d, want %d", req, got, want)
 		}
 	}
+	// A name not captured cannot be kept for the client.
+	args := [][]byte{[]byte("CLIENT"), []byte("SETNAME"), nil}
+	if got := Resolve(args).Sharing(args, 3); got != ShareNone {
+		t.Errorf("CLIENT SETNAME with a name too long to capture: got %d, want ShareNone", got)
+	}
 	// An argument not captured may be BLOCK.
-	args := [][]byte{[]byte("XREAD"), nil, []byte("STREAMS"), []byte("s"), []byte("0")}
+	args = [][]byte{[]byte("XREAD"), nil, []byte("STREAMS"), []byte("s"), []byte("0")}
 	if got := Resolve(args).Sharing(args, 5); got != ShareNone {
 		t.Errorf("XREAD with an uncaptured option: got %d, want ShareNone", got)
 	}

@@ -114,7 +114,10 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 func (h *halfConn) progress() {
 	s := h.s
 	s.sticky = true // it stays on its own connection, which reads the EOF
-	if s.shared && !s.closing() && !s.released() && s.sent.len() == 0 && s.pause != pauseRoute {
+	if s.shared {
+		if s.closing() || s.released() || s.sent.len() > 0 || s.pause == pauseRoute {
+			return // its replies on the lane first: repliesIn comes back here
+		}
 		s.el.pin(s) // onUpstreamOpen, or the setup's replies, come back here
 	}
 	if s.closing() || s.upLife != upOpen || s.srv.draining.Load() || s.pause == pauseSetup || s.pause == pauseRoute {

@@ -72,10 +72,14 @@ type lane struct {
 	setup  []setupStep
 	framer resp.ReplyFramer
 	// waiters are sessions paused (pauseRoute) until the lane opens, or
-	// until its backlog falls under laneBacklog; polling: a backlog poll is
-	// pending.
+	// until its requests in flight fall under laneInflight.
 	waiters []*session
-	polling bool
+	// inflight is the bytes of requests written whose replies are not all
+	// in (the owed entries' bytes).
+	inflight int64
+	// attached is how many sessions have it as their lane (session.lane):
+	// a lane with any is kept open, and alive through Redis's timeout.
+	attached int
 	// lastUsed is the coarse clock when a request was last written.
 	lastUsed int64
 	// out holds the requests written since the last flush: they go to
@@ -89,10 +93,12 @@ type lane struct {
 	done []*session
 }
 
-// owedReplies are n replies a lane owes session s.
+// owedReplies are n replies a lane owes session s (nil: the lane's own
+// keepalive PING), for requests of bytes bytes.
 type owedReplies struct {
-	s *session
-	n int
+	s     *session
+	n     int
+	bytes int64
 }
 
 // laneLife is where a lane is in its life. It only moves forward:
@@ -111,11 +117,15 @@ const (
 
 // Lane limits.
 const (
-	// laneBacklog is how many bytes Redis has not read from a lane before
-	// its clients wait: a lane stalled behind a slow command holds about
-	// what one client's connection would hold in Redis's socket buffers.
-	laneBacklog = 4 << 20
-	// laneIdle is how long a lane carries nothing before it is closed.
+	// laneInflight is how many bytes of requests a lane has in flight
+	// (written, their replies not all in) before its clients wait: a lane
+	// stalled behind a slow command (or a write CLIENT PAUSE WRITE holds)
+	// holds what one connection may hold in Redis (what Redis has read of
+	// it stays under client-query-buffer-limit's minimum, 1 MiB, which
+	// Redis would close the lane for).
+	laneInflight = 768 << 10
+	// laneIdle is how long a lane that no session has as its lane carries
+	// nothing before it is closed.
 	laneIdle = 30 * time.Second
 	// laneFlushAt is how many bytes of requests a lane gathers before it
 	// writes them without waiting for the end of the loop's round.
@@ -170,7 +180,7 @@ func (l *loopState) switchLane(s *session, k shareKey) bool {
 	case ln == nil:
 		l.noLane(s, k)
 		return false
-	case ln.life != laneOpen || ln.full():
+	case ln.life != laneOpen || ln.full(0):
 		s.pause = pauseRoute
 		ln.wait(s)
 		return false
@@ -183,7 +193,8 @@ func (l *loopState) switchLane(s *session, k shareKey) bool {
 			l.stats.returns.Add(1)
 		}
 	}
-	s.lane, s.on = ln, k
+	s.setLane(ln)
+	s.on = k
 	// The lane's setup was answered: Redis accepted the connection that
 	// carries the client's requests.
 	s.accepted = true
@@ -206,7 +217,8 @@ func (l *loopState) noLane(s *session, k shareKey) {
 // client's state (conversation.setup, pauseSetup until Redis has
 // answered it).
 func (l *loopState) pin(s *session) {
-	s.shared, s.lane = false, nil
+	s.shared = false
+	s.setLane(nil)
 	s.parser.SetHold(0)
 	l.stats.pins.Add(1)
 	switch s.upLife {
@@ -221,40 +233,26 @@ func (l *loopState) pin(s *session) {
 	}
 }
 
-// full reports whether Redis has left laneBacklog bytes of the lane
-// unread.
-func (ln *lane) full() bool {
-	return ln.conn != nil && ln.conn.OutboundBuffered()+len(ln.out) >= laneBacklog
-}
+// full reports whether the lane has laneInflight bytes of requests in
+// flight, counting more bytes about to go.
+func (ln *lane) full(more int64) bool { return ln.inflight+more >= laneInflight }
 
 // wait makes s wait for the lane (pauseRoute): until it opens, or until
-// Redis has read its backlog.
+// replies bring its requests in flight under laneInflight (onTraffic).
 func (ln *lane) wait(s *session) {
 	ln.waiters = append(ln.waiters, s)
-	if ln.life == laneOpen && !ln.polling {
-		ln.polling = true
-		ln.poll(time.Millisecond)
-	}
 }
 
-// poll checks the lane's backlog after d, doubling d up to 100 ms until
-// Redis has read it (gnet has no "drained" callback), then lets the
-// waiters go on.
-func (ln *lane) poll(d time.Duration) {
-	time.AfterFunc(d, func() {
-		_ = ln.l.evl.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			if ln.life != laneOpen {
-				return nil // onClose woke them
-			}
-			if ln.full() {
-				ln.poll(min(2*d, 100*time.Millisecond))
-				return nil
-			}
-			ln.polling = false
-			ln.wakeWaiters()
-			return nil
-		}))
-	})
+// setLane makes ln the lane of session s (nil: none), keeping the
+// lanes' counts of their sessions.
+func (s *session) setLane(ln *lane) {
+	if s.lane != nil {
+		s.lane.attached--
+	}
+	if ln != nil {
+		ln.attached++
+	}
+	s.lane = ln
 }
 
 // wakeWaiters resumes the sessions waiting for the lane: each decides its
@@ -273,17 +271,19 @@ func (ln *lane) wakeWaiters() {
 // written meanwhile, as TCP corks while data is in flight.
 func (ln *lane) send(s *session, bs [][]byte, n int) {
 	idle := ln.owed.len() == 0
-	if n > 0 {
-		if k := ln.owed.len(); k > 0 && ln.owed.at(k-1).s == s {
-			ln.owed.at(k - 1).n += n
-		} else {
-			ln.owed.push(owedReplies{s: s, n: n})
-		}
-	}
-	ln.lastUsed = ln.srv.clock.Load()
+	start := len(ln.out)
 	for _, b := range bs {
 		ln.out = append(ln.out, b...)
 	}
+	size := int64(len(ln.out) - start)
+	ln.inflight += size
+	if k := ln.owed.len(); k > 0 && ln.owed.at(k-1).s == s {
+		o := ln.owed.at(k - 1)
+		o.n, o.bytes = o.n+n, o.bytes+size
+	} else {
+		ln.owed.push(owedReplies{s: s, n: n, bytes: size})
+	}
+	ln.lastUsed = ln.srv.clock.Load()
 	switch {
 	case idle || len(ln.out) >= laneFlushAt:
 		ln.flush()
@@ -305,7 +305,7 @@ func (ln *lane) flush() {
 	}
 	out := ln.out
 	ln.out = ln.out[:0]
-	if cap(ln.out) > laneBacklog {
+	if cap(ln.out) > laneInflight {
 		ln.out = nil // a burst's buffer is not kept
 	}
 	if _, err := ln.conn.Write(out); err != nil {
@@ -364,8 +364,8 @@ func (ln *lane) onTraffic() gnet.Action {
 		done[i] = nil
 		s.repliesIn()
 	}
-	if ln.life == laneOpen && ln.waiters != nil && !ln.polling {
-		ln.wakeWaiters() // the setup just ended
+	if ln.life == laneOpen && ln.waiters != nil && !ln.full(0) {
+		ln.wakeWaiters() // the setup just ended, or replies freed room
 	}
 	return gnet.None
 }
@@ -396,20 +396,43 @@ func (ln *lane) take(buf []byte, done []*session) (off int, _ []*session, ok boo
 			return off, done, false
 		}
 		o := ln.owed.front()
-		n, frames, fine := o.s.fromUpstream(buf[off:], o.n)
+		var n, frames int
+		fine := true
+		if o.s == nil { // the lane's own PING (keepAlive)
+			var complete bool
+			var err error
+			n, complete, err = ln.framer.Feed(buf[off:])
+			fine = err == nil
+			frames = b2i(complete && ln.framer.Frame().Value.Type != resp.TypePush)
+		} else {
+			n, frames, fine = o.s.fromUpstream(buf[off:], o.n)
+		}
 		off += n
 		o.n -= frames
 		if !fine {
 			return off, done, false
 		}
 		if o.n > 0 {
-			break // the rest of its reply is still to come
+			if n == 0 || o.s == nil && frames == 0 {
+				break // the rest of its reply is still to come
+			}
+			continue
 		}
-		done = append(done, o.s)
-		o.s.laneSent = 0
+		ln.inflight -= o.bytes
+		if o.s != nil {
+			done = append(done, o.s)
+			o.s.laneSent = 0
+		}
 		ln.owed.pop()
 	}
 	return off, done, true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // setupReplied takes one reply to the lane's setup and reports false if
@@ -463,7 +486,7 @@ func (ln *lane) onClose(c gnet.Conn) {
 	}
 	opened := ln.life == laneOpen
 	ln.drop()
-	ln.out = nil
+	ln.out, ln.inflight = nil, 0
 	if c != nil {
 		ln.l.stats.lanes.Add(-1)
 	}
@@ -477,7 +500,9 @@ func (ln *lane) onClose(c gnet.Conn) {
 		}
 	}
 	for ln.owed.len() > 0 {
-		ln.owed.pop().s.laneLost()
+		if s := ln.owed.pop().s; s != nil {
+			s.laneLost()
+		}
 	}
 	ws := ln.waiters
 	ln.waiters = nil
@@ -487,10 +512,12 @@ func (ln *lane) onClose(c gnet.Conn) {
 			s.resume(pauseRoute) // takes another lane
 		case s.pause == pauseRoute && !s.closing() && !s.released():
 			if s.shared {
-				ln.l.noLane(s, ln.key) // to its own connection
+				ln.l.noLane(s, ln.key) // to its own connection: dialed, or set up, or ready
 			} else {
-				s.noLane = ln.key
-				s.resume(pauseRoute) // it stays on its own connection
+				s.noLane, s.pause = ln.key, pauseNone // it stays on its own connection
+			}
+			if s.pause == pauseNone {
+				s.resume(pauseNone) // its own connection is ready: what waited goes there
 			}
 		}
 	}
@@ -516,22 +543,38 @@ func (ln *lane) fail(err error) {
 	}
 }
 
-// closeIdle closes the loop's lanes that owe nothing and carried nothing
-// since before now - laneIdle (coarse clock), or half Redis's timeout
-// (0: none) when that is shorter: Cicada closes a lane before Redis
-// could, never while a request may be on its way. On the loop.
+// closeIdle closes the loop's lanes that no session has as its lane,
+// owe nothing and carried nothing since before now - laneIdle (coarse
+// clock), or half Redis's timeout (0: none) when that is shorter; a lane
+// that has sessions and carried nothing for half Redis's timeout gets a
+// PING (keepAlive), so that Redis never closes it for being idle. A lane
+// a session has is kept: a new one might not get its state (a fresh
+// connection that Redis no longer authenticates since requirepass was
+// set on it). On the loop.
 func (l *loopState) closeIdle(now int64, timeout time.Duration) {
 	idle := laneIdle
 	if timeout > 0 {
 		idle = min(idle, timeout/2)
 	}
 	for _, ln := range l.lanes {
-		if ln.life == laneOpen && ln.owed.len() == 0 && len(ln.waiters) == 0 && now-ln.lastUsed >= int64(idle) {
+		switch {
+		case ln.life != laneOpen || ln.owed.len() > 0 || len(ln.waiters) > 0 || now-ln.lastUsed < int64(idle):
+		case ln.attached == 0:
 			ln.drop()
 			l.stats.lanes.Add(-1)
 			_ = ln.conn.Close()
+		case timeout > 0 && now-ln.lastUsed >= int64(timeout/2):
+			ln.keepAlive()
 		}
 	}
+}
+
+// keepAlive sends the lane's own PING, whose reply is dropped.
+func (ln *lane) keepAlive() {
+	ln.lastUsed = ln.srv.clock.Load()
+	ln.owed.push(owedReplies{n: 1, bytes: int64(len(pingCmd))})
+	ln.inflight += int64(len(pingCmd))
+	_, _ = ln.conn.Write(pingCmd)
 }
 
 // unread returns what Redis sent on c that gnet has not read (a partial

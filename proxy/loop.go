@@ -11,9 +11,12 @@ import (
 // goroutine (stats are atomics read by metrics).
 type loopState struct {
 	loopEnv
-	evl   gnet.EventLoop // for dials and timers
-	upv   [][]byte       // bytes to forward upstream
-	downv [][]byte       // reply bytes to pass to the client
+	evl gnet.EventLoop // for dials and timers
+	upv [][]byte       // bytes to forward upstream
+	// upvBytes is the bytes of upv's complete slices, for a lane's bound
+	// on requests in flight (processClient).
+	upvBytes int64
+	downv    [][]byte // reply bytes to pass to the client
 	// heavy are this loop's sessions that held at least heavyBytes at a
 	// check, until their client connection's OnClose; grown counts bytes
 	// their buffers grew by since they were last summed into held, the

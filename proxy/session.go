@@ -241,7 +241,8 @@ func (s *session) processClient() {
 	}
 	l := s.el
 	if s.shared && s.lane != nil && s.lane.life == laneClosed {
-		s.lane, s.on = nil, shareKey{} // it died with nothing of ours in flight: take another
+		s.setLane(nil) // it died with nothing of ours in flight: take another
+		s.on = shareKey{}
 	}
 	if s.shared && s.sent.len() == 0 && s.on != s.shareKey() && !l.switchLane(s, s.shareKey()) && s.pause != pauseNone {
 		// Nothing is parsed before the client has the lane of its state
@@ -250,13 +251,13 @@ func (s *session) processClient() {
 		// lane.setupReplied), or has been given its own connection.
 		return
 	}
-	if s.shared && s.lane != nil && s.lane.full() {
-		s.pause = pauseRoute // Redis is behind on the lane: wait for it (lane.poll)
+	if s.shared && s.lane != nil && s.lane.full(0) {
+		s.pause = pauseRoute // Redis is behind on the lane: wait for its replies (lane.onTraffic)
 		s.lane.wait(s)
 		return
 	}
 	l.out = l.out[:0]
-	l.upv = l.upv[:0]
+	l.upv, l.upvBytes = l.upv[:0], 0
 	l.inject = l.inject[:0]  // upv holds parts of it until the Writev below
 	l.unappliedAsked = false // these requests were sent before this read: ask again
 	off, fwd := 0, 0         // bytes [fwd, off) are to be forwarded
@@ -271,6 +272,14 @@ func (s *session) processClient() {
 		return
 	}
 	for off < len(buf) && s.pause == pauseNone && s.input == inputOpen && !s.closing() && !s.released() {
+		if s.shared && off > fwd && s.lane.full(l.upvBytes+int64(off-fwd)) {
+			// What the batch adds to the lane's requests in flight
+			// reaches laneInflight: it goes now (forward, below), and the
+			// rest waits for replies.
+			s.pause = pauseRoute
+			s.lane.wait(s)
+			break
+		}
 		n, r := s.parser.Parse(buf[off:])
 		switch r {
 		case resp.NeedMore:
@@ -342,6 +351,7 @@ func (s *session) processClient() {
 					off += n
 				}
 				l.upv = append(l.upv, buf[fwd:off], l.injected)
+				l.upvBytes += int64(off - fwd + len(l.injected))
 				fwd = off
 				if d == decidePrefix {
 					off += n // forwarded with what follows
@@ -405,7 +415,7 @@ func (s *session) forward(queued *uint64) {
 		}
 	}
 	*queued = s.queuedN
-	l.upv = l.upv[:0]
+	l.upv, l.upvBytes = l.upv[:0], 0
 	l.inject = l.inject[:0] // written: Writev copied what the socket did not take
 }
 
@@ -631,7 +641,8 @@ func (s *session) onUpstreamTraffic() gnet.Action {
 // what waited, starting with the request that paused.
 func (s *session) resume(p pause) {
 	// A client waiting for a lane's backlog to fall may have requests in
-	// flight on it; every other pause is left with none.
+	// flight on it; every other pause is left with none. (pauseNone:
+	// what a pause left waiting goes on, the pause ended by its caller.)
 	if s.pause != p || (s.sent.len() > 0 && p != pauseRoute) || s.closing() || s.released() || s.srv.draining.Load() {
 		return
 	}
@@ -675,6 +686,12 @@ func (s *session) fromUpstream(buf []byte, limit int) (off, frames int, ok bool)
 			s.startFrame(buf[off])
 			if s.opacity == opaque {
 				continue
+			}
+			if limit > 0 && buf[off] == resp.TypePush {
+				// A push on a lane, which subscribes to nothing and tracks
+				// nothing, belongs to none of its clients (an invalidation
+				// another client REDIRECTed to the lane's id): dropped.
+				s.reply = replySwallow
 			}
 			if s.reply.withheld() && off > fwd {
 				s.down(buf[fwd:off])
@@ -724,8 +741,11 @@ func (s *session) fromUpstream(buf []byte, limit int) (off, frames int, ok bool)
 			}
 			break
 		}
-		s.onFrame(s.framer.Frame())
-		frames++
+		fr := s.framer.Frame()
+		s.onFrame(fr)
+		if limit <= 0 || fr.Value.Type != resp.TypePush {
+			frames++
+		}
 		switch m := s.srv.cfg.AddrMap; s.reply {
 		case replyRewriteTopology:
 			s.down(m.Rewrite(s.rewriting, s.rewriteBuf))

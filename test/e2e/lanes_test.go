@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -253,6 +254,152 @@ func TestWaitAfterLaneWrites(t *testing.T) {
 		for _, want := range []string{"+OK\r\n", ":0\r\n"} {
 			if got, err := redistest.ReadReply(br); err != nil || string(got) != want {
 				t.Fatalf("through %s: SET then WAIT 1 300 with the replica stopped: %q, %v; want %q", addr, got, err, want)
+			}
+		}
+	}
+}
+
+// TestLaneLargeRequests: a request too large for a lane (over 512 KiB)
+// goes on its client's own connection, whether it is the client's first
+// request or follows others, arrives whole or in pieces; found by the
+// adversarial review: arrived whole, it was routed back to the lane and
+// refused there forever, the loop spinning.
+func TestLaneLargeRequests(t *testing.T) {
+	p := newPair(t, nil, cicadatest.Options{Loops: 1})
+	big := cmd("SET", "big", strings.Repeat("b", 600<<10))
+	p.Compare(t, send(big+cmd("STRLEN", "big")))
+	p.Compare(t, send(cmd("GET", "a")), send(big+cmd("GET", "a")+cmd("STRLEN", "big")))
+	p.Compare(t, send(big[:1000]), send(big[1000:]+cmd("STRLEN", "big")))
+	p.Compare(t, send(cmd("CLIENT", "SETNAME", strings.Repeat("n", 5000))+cmd("GET", "a")+cmd("CLIENT", "GETNAME")))
+}
+
+// TestLaneHalfCloseInFlight: a client that shuts down its sending side
+// while its requests are on a lane (behind another client's write that
+// CLIENT PAUSE WRITE holds) gets its replies, then EOF, and the lane goes
+// on serving the others; found by the adversarial review: the rest of its
+// input went on its own connection meanwhile, and the lane stopped for
+// everyone.
+func TestLaneHalfCloseInFlight(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes")
+	}
+	r, p := newProxied(t, cicadatest.Options{Loops: 1})
+	direct := client(t, r.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "SET", "k", "kval")
+	mustDo(t, direct, "SET", "secret", "TOPSECRET")
+	a, abr := readyConn(t, p.Addr)
+	sendBytes(t, a, cmd("CLIENT", "GETNAME")+cmd("GET", "k")) // its own connection, then back to the lane
+	for _, want := range []string{"$-1\r\n", "$4\r\nkval\r\n"} {
+		if got, err := redistest.ReadReply(abr); err != nil || string(got) != want {
+			t.Fatalf("A: %q, %v; want %q", got, err, want)
+		}
+	}
+	b, bbr := readyConn(t, p.Addr)
+	c, cbr := readyConn(t, p.Addr)
+	defer b.Close()
+	defer c.Close()
+	mustDo(t, direct, "CLIENT", "PAUSE", "1000", "WRITE")
+	defer direct.Do(ctx, "CLIENT", "UNPAUSE")
+	sendBytes(t, b, cmd("SET", "x", "1"))
+	time.Sleep(50 * time.Millisecond)
+	sendBytes(t, a, cmd("GET", "k")+cmd("CLIENT", "GETNAME"))
+	time.Sleep(50 * time.Millisecond)
+	_ = a.(*net.TCPConn).CloseWrite()
+	sendBytes(t, c, cmd("GET", "secret"))
+	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(abr); string(got) != "$4\r\nkval\r\n$-1\r\n" || err != nil {
+		t.Errorf("A, half-closed: %q then %v, want its two replies then EOF", got, err)
+	}
+	for _, tc := range []struct {
+		br   *bufio.Reader
+		want string
+	}{{bbr, "+OK\r\n"}, {cbr, "$9\r\nTOPSECRET\r\n"}} {
+		if got, err := redistest.ReadReply(tc.br); err != nil || string(got) != tc.want {
+			t.Errorf("another client of the lane: %q, %v; want %q", got, err, tc.want)
+		}
+	}
+}
+
+// TestLanePushToLane: an invalidation another client REDIRECTs to a lane
+// (HELLO gives the lane's id) belongs to none of its clients: it is
+// dropped, and every client still gets its own replies; found by the
+// adversarial review: it was counted as the head client's reply, and the
+// next client got another's value.
+func TestLanePushToLane(t *testing.T) {
+	if !cicadatest.Multiplexed() {
+		t.Skip("MULTIPLEX=false: no lanes")
+	}
+	r, p := newProxied(t, cicadatest.Options{Loops: 1})
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "SET", "a", "secretA")
+	mustDo(t, direct, "SET", "c", "C")
+	b, bbr := readyConn(t, p.Addr)
+	c, cbr := readyConn(t, p.Addr)
+	a, abr := readyConn(t, p.Addr)
+	defer b.Close()
+	defer c.Close()
+	defer a.Close()
+	sendBytes(t, b, cmd("HELLO", "3"))
+	hello, err := redistest.ReadReply(bbr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id, _ := strings.Cut(string(hello), "id\r\n:")
+	id, _, _ = strings.Cut(id, "\r\n")
+	sendBytes(t, c, cmd("HELLO", "3"))
+	if _, err := redistest.ReadReply(cbr); err != nil {
+		t.Fatal(err)
+	}
+	sendBytes(t, a, cmd("CLIENT", "TRACKING", "ON", "REDIRECT", id)+cmd("GET", "x"))
+	for range 2 {
+		if _, err := redistest.ReadReply(abr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy := "local t=redis.call('TIME'); local s=t[1]*1000000+t[2]; while true do t=redis.call('TIME'); if t[1]*1000000+t[2]-s>300000 then break end end return 1"
+	sendBytes(t, b, cmd("EVAL", busy, "0")+cmd("SET", "x", "1")+cmd("GET", "a"))
+	time.Sleep(100 * time.Millisecond)
+	sendBytes(t, c, cmd("GET", "c"))
+	for _, want := range []string{":1\r\n", "+OK\r\n", "$7\r\nsecretA\r\n"} {
+		if got, err := redistest.ReadReply(bbr); err != nil || string(got) != want {
+			t.Fatalf("B: %q, %v; want %q", got, err, want)
+		}
+	}
+	if got, err := redistest.ReadReply(cbr); err != nil || string(got) != "$1\r\nC\r\n" {
+		t.Fatalf("C: %q, %v; want its own value", got, err)
+	}
+}
+
+// TestLaneQueryBufferLimit: clients whose writes CLIENT PAUSE WRITE holds
+// do not add up, on their lane, to more than Redis's smallest
+// client-query-buffer-limit (1mb): Redis would close the lane, and every
+// client on it; found by the adversarial review.
+func TestLaneQueryBufferLimit(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{Loops: 1})
+	direct := client(t, r.Addr, 2)
+	ctx := context.Background()
+	mustDo(t, direct, "CONFIG", "SET", "client-query-buffer-limit", "1mb")
+	var conns []net.Conn
+	var brs []*bufio.Reader
+	for range 4 {
+		c, br := readyConn(t, p.Addr)
+		defer c.Close()
+		conns, brs = append(conns, c), append(brs, br)
+	}
+	mustDo(t, direct, "CLIENT", "PAUSE", "1000", "WRITE")
+	defer direct.Do(ctx, "CLIENT", "UNPAUSE")
+	for i, c := range conns {
+		var b strings.Builder
+		for j := range 3 {
+			b.WriteString(cmd("SET", fmt.Sprintf("k%d-%d", i, j), strings.Repeat("x", 100000)))
+		}
+		sendBytes(t, c, b.String())
+	}
+	for i, br := range brs {
+		for j := range 3 {
+			if got, err := redistest.ReadReply(br); err != nil || string(got) != "+OK\r\n" {
+				t.Fatalf("client %d, SET %d: %q, %v; want +OK", i, j, got, err)
 			}
 		}
 	}
