@@ -47,23 +47,33 @@ func TestBusyRedisFlood(t *testing.T) {
 	// them took Cicada to 879 MB.
 	paused := append(resp.AppendCommand(nil, []byte("BLPOP"), []byte("nolist"), []byte("1")),
 		resp.AppendCommand(nil, []byte("SELECT"), []byte("0"))...)
+	ping := bytes.Repeat([]byte("PING\r\n"), 1<<20/6)
 	for _, tc := range []struct {
-		name   string
-		prefix []byte
-		chunk  []byte
-		total  int
+		name      string
+		prefix    []byte
+		chunk     []byte
+		total     int
+		multiplex bool // else --multiplex=false
+		held      bool // requests wait unparsed while Redis is busy
 	}{
-		{"PING", nil, bytes.Repeat([]byte("PING\r\n"), 1<<20/6), 40 << 20},
-		{"SET 1MB", nil, set, 300 << 20},
-		{"PING behind a pause", paused, bytes.Repeat([]byte("PING\r\n"), 1<<20/6), 60 << 20},
+		{"PING", nil, ping, 40 << 20, false, false},
+		// A lane takes 768 KiB of requests in flight, then its clients'
+		// requests wait unparsed, as behind a pause.
+		{"PING on a lane", nil, ping, 80 << 20, true, true},
+		{"SET 1MB", nil, set, 300 << 20, true, false}, // over 512 KiB: the client's own connection
+		{"PING behind a pause", paused, ping, 60 << 20, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.multiplex && !cicadatest.Multiplexed() {
+				t.Skip("MULTIPLEX=false: no lanes")
+			}
 			r := redistest.Start(t)
 			// One loop, whose lane a PING opens before Redis is busy: a
 			// lane whose setup Redis has not answered holds its clients'
 			// requests unparsed, as a pause does (the last case).
 			p := cicadatest.StartBinary(t, r.Addr, "--max-client-memory", fmt.Sprint(backlogLimit),
-				"--client-query-buffer-limit", fmt.Sprint(backlogLimit), "--loops", "1")
+				"--client-query-buffer-limit", fmt.Sprint(backlogLimit), "--loops", "1",
+				"--multiplex="+fmt.Sprint(tc.multiplex))
 			warm := redis.NewClient(&redis.Options{Addr: p.Addr, DisableIdentity: true})
 			if err := warm.Ping(context.Background()).Err(); err != nil {
 				t.Fatal(err)
@@ -127,7 +137,7 @@ func TestBusyRedisFlood(t *testing.T) {
 				t.Fatalf("the flood ended %v after the 5-s script started: it did not run while Redis was busy", floodEnd)
 			}
 			bound := rssBefore + backlogLimit + 64<<20
-			if tc.prefix != nil {
+			if tc.held {
 				// The unparsed input is held as well (up to the limit, checked
 				// at each read), in gnet's buffer and in the contiguous copy
 				// Peek makes of it, next to the bookkeeping (up to the limit):
@@ -148,7 +158,7 @@ func TestBusyRedisFlood(t *testing.T) {
 			if peak > bound {
 				t.Errorf("Cicada's RSS peaked at %d MB, over %d MB", peak>>20, bound>>20)
 			}
-			if tc.prefix != nil && p.Metric(t, `cicada_clients_closed_total{reason="query-buffer-limit"}`) != 1 {
+			if tc.held && p.Metric(t, `cicada_clients_closed_total{reason="query-buffer-limit"}`) != 1 {
 				// Checked while the held-back requests are parsed; without
 				// that check only the next read's memory charge caught them,
 				// and 60 MB of PINGs took Cicada to 879 MB (an attack).
