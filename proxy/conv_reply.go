@@ -343,7 +343,10 @@ func (cv *conversation) confirm(rq *request) {
 		cv.endMulti()
 		cv.db, cv.proto = 0, 2
 		cv.setFresh()
-		cv.gen, cv.laneUser = cv.freshGen, ""
+		// Redis authenticates the connection as a fresh one now, if the
+		// default user needs no password, which its own connection, where
+		// RESET went, shows and a lane cannot: no lane until AUTH.
+		cv.gen, cv.laneUser = 0, ""
 		cv.tracking, cv.readonly, cv.watching = false, false, false
 		cv.subs = [3]int64{}
 	case command.ConnMulti:

@@ -225,6 +225,11 @@ func (l *loopState) pin(s *session) {
 	case upNone:
 		s.pause = pauseRoute
 		s.upLife = upDialing
+		if s.laneUser == "" {
+			// Dialed now, the connection is what a fresh one is under
+			// the rules of now.
+			s.gen = s.srv.ids.generation()
+		}
 		go s.dial()
 	case upDialing:
 		s.pause = pauseRoute // onUpstreamOpen sets it up
