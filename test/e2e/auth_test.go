@@ -148,15 +148,21 @@ func TestMaxClients(t *testing.T) {
 	rc := client(t, p.Addr, 2)
 	mustDo(t, rc, "SET", "hot", "v")
 	warmKey(t, p, rc, "GET", "hot")
-	direct := client(t, r.Addr, 2)
-	info := direct.Info(context.Background(), "clients").Val()
-	_, rest, _ := strings.Cut(info, "connected_clients:")
-	n, _, _ := strings.Cut(rest, "\r\n")
-	mustDo(t, direct, "CONFIG", "SET", "maxclients", n) // no room for one more
+	fillMaxClients(t, client(t, r.Addr, 2))
 	out, closed := converse(t, p.Addr, []step{send(cmds([]string{"GET", "hot"}, []string{"GET", "hot"}))}, 500*time.Millisecond)
 	if string(out) != "-ERR max number of clients reached\r\n" || !closed {
 		t.Fatalf("refused connection got %q closed=%v", out, closed)
 	}
+}
+
+// fillMaxClients sets Redis's maxclients to the connections it has: no
+// room for one more.
+func fillMaxClients(t *testing.T, direct *redis.Client) {
+	t.Helper()
+	info := direct.Info(context.Background(), "clients").Val()
+	_, rest, _ := strings.Cut(info, "connected_clients:")
+	n, _, _ := strings.Cut(rest, "\r\n")
+	mustDo(t, direct, "CONFIG", "SET", "maxclients", n)
 }
 
 // TestMaxClientsLanes: Redis's maxclients counts connections, and clients
@@ -170,11 +176,7 @@ func TestMaxClientsLanes(t *testing.T) {
 	r, p := newProxied(t, cicadatest.Options{Loops: 1}) // one lane, opened below
 	rc := client(t, p.Addr, 2)
 	mustDo(t, rc, "SET", "hot", "v")
-	direct := client(t, r.Addr, 2)
-	info := direct.Info(context.Background(), "clients").Val()
-	_, rest, _ := strings.Cut(info, "connected_clients:")
-	n, _, _ := strings.Cut(rest, "\r\n")
-	mustDo(t, direct, "CONFIG", "SET", "maxclients", n) // no room for one more
+	fillMaxClients(t, client(t, r.Addr, 2))
 	out, closed := converse(t, p.Addr, []step{send(cmds([]string{"GET", "hot"}, []string{"GET", "hot"}))}, 500*time.Millisecond)
 	if string(out) != "$1\r\nv\r\n$1\r\nv\r\n" || closed {
 		t.Fatalf("a client on the lane got %q closed=%v, want both values and the connection open", out, closed)

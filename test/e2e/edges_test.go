@@ -222,40 +222,12 @@ func TestDeepReplies(t *testing.T) {
 // TestInvalidUpstreamReply: when what comes from upstream stops being
 // RESP (an upstream that is not Redis, or a broken one), the client gets
 // the complete replies before it, then the close, as if Redis had closed
-// the connection after them.
+// the connection after them. On a dedicated connection;
+// TestInvalidLaneReply is the same on a lane.
 func TestInvalidUpstreamReply(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := c.Read(make([]byte, 4096)); err == nil {
-					_, _ = c.Write([]byte("+OK\r\n*-5\r\n"))
-				}
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true, Dedicated: true})
-	c, err := net.Dial("tcp", p.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got, err := io.ReadAll(c)
-	if string(got) != "+OK\r\n" || err != nil {
+	// Whatever the first read, "+OK" then bytes that are not RESP.
+	p := cicadatest.Start(t, fakeRedis(t, "+OK\r\n*-5\r\n"), cicadatest.Options{NoWait: true, Dedicated: true})
+	if got, err := sendAndReadAll(t, p.Addr, "PING\r\n"); got != "+OK\r\n" || err != nil {
 		t.Fatalf("through Cicada: %q then %v, want %q then the close", got, err, "+OK\r\n")
 	}
 }
@@ -267,6 +239,17 @@ func TestInvalidLaneReply(t *testing.T) {
 	if !cicadatest.Multiplexed() {
 		t.Skip("MULTIPLEX=false: no lanes (TestInvalidUpstreamReply covers dedicated connections)")
 	}
+	// The lane's setup (CLIENT SETNAME), then the client's two PINGs.
+	p := cicadatest.Start(t, fakeRedis(t, "+OK\r\n", "+PONG\r\n*-5\r\n"), cicadatest.Options{NoWait: true, Loops: 1})
+	if got, err := sendAndReadAll(t, p.Addr, "PING\r\nPING\r\n"); got != "+PONG\r\n" || err != nil {
+		t.Fatalf("through a lane: %q then %v, want %q then the close", got, err, "+PONG\r\n")
+	}
+}
+
+// fakeRedis listens on a loopback port until the test ends and answers
+// each connection's reads with replies in turn (one per read), then
+// reads on without answering; it returns its address.
+func fakeRedis(t *testing.T, replies ...string) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -280,8 +263,7 @@ func TestInvalidLaneReply(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				// The lane's setup (CLIENT SETNAME), then the client's two PINGs.
-				for _, reply := range []string{"+OK\r\n", "+PONG\r\n*-5\r\n"} {
+				for _, reply := range replies {
 					if _, err := c.Read(make([]byte, 4096)); err != nil {
 						return
 					}
@@ -291,20 +273,23 @@ func TestInvalidLaneReply(t *testing.T) {
 			}()
 		}
 	}()
-	p := cicadatest.Start(t, ln.Addr().String(), cicadatest.Options{NoWait: true, Loops: 1})
-	c, err := net.Dial("tcp", p.Addr)
+	return ln.Addr().String()
+}
+
+// sendAndReadAll sends req on a new connection to addr and returns what
+// it reads until the connection closes (or 5 s pass: then the error).
+func sendAndReadAll(t *testing.T, addr, req string) (string, error) {
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte("PING\r\nPING\r\n")); err != nil {
+	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(c)
-	if string(got) != "+PONG\r\n" || err != nil {
-		t.Fatalf("through a lane: %q then %v, want %q then the close", got, err, "+PONG\r\n")
-	}
+	return string(got), err
 }
 
 // TestManyFillsInOnePipeline: a pipeline that fills more keys than a
