@@ -40,9 +40,11 @@
 //
 // # One client connection
 //
-// Each client connection gets one upstream Redis connection, enrolled on the
-// client's own event loop, so both sides of a session are handled by one
-// goroutine without locks:
+// A client's requests go to Redis on an upstream connection enrolled on the
+// client's own event loop, so every side of a session is handled by one
+// goroutine without locks: a lane the loop's clients in one state share
+// (lane.go, Config.Multiplex), or a connection of the client's own when
+// its state needs one (and with Multiplex off, always):
 //
 //	client ──► OnTraffic(client) ── RequestParser ──┬─ hit ──────────► client
 //	                                                │   (queue empty)
@@ -123,12 +125,14 @@
 //
 // Each state machine is a typed value, its transitions stated where it is
 // declared: a session's two connections, clientLife (open, half, closing,
-// gone) and upLife (dialing, open, shut, invalid, closed); a
-// conversation's opacity (framed, opaqueAhead, opaque), input (open,
-// quit, protocol error), transaction (txSend and txConfirmed, with what
-// queued commands do at EXEC) and the replyMode of the reply being framed;
-// each sent request's expect (one reply, confirmations, swallowed, the
-// opaque point).
+// gone) and upLife (none, dialing, open, shut, invalid, closed), and where
+// its requests go (shared: on a lane, or on its own connection; a lane's
+// laneLife: dialing, setup, open, closed); a conversation's opacity
+// (framed, opaqueAhead, opaque), input (open, quit, protocol error),
+// transaction (txSend and txConfirmed, with what queued commands do at
+// EXEC) and the replyMode of the reply being framed; each sent request's
+// expect (one reply, confirmations, swallowed, the opaque point, setup,
+// dropped); why parsing pauses (replies, ACL lookup, fill, route, setup).
 //
 // # Closing
 //
