@@ -22,8 +22,8 @@ import (
 func (s *session) dial() {
 	srv := s.srv
 	srv.dials <- struct{}{}
-	if s.left.Load() {
-		<-srv.dials
+	if s.left.Load() || srv.draining.Load() {
+		<-srv.dials // gone, or the engine is stopping: its loop may not run the enrollment
 		return
 	}
 	err := enroll(srv, s.upLink, s.el.evl)
@@ -62,6 +62,10 @@ func (s *session) dialFailed(err error) {
 func (ln *lane) dial() {
 	srv := ln.srv
 	srv.dials <- struct{}{}
+	if srv.draining.Load() {
+		<-srv.dials // the engine is stopping: its loop may not run the enrollment
+		return
+	}
 	err := enroll(srv, ln, ln.l.evl)
 	<-srv.dials
 	if err == nil {

@@ -257,14 +257,17 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 }
 
 // Shutdown stops accepting clients, waits (bounded by ctx) until no
-// forwarded request awaits its reply, then closes every connection.
+// forwarded request awaits its reply and no upstream dial is in progress,
+// then closes every connection.
 func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.draining.Store(true)
 	<-srv.booted
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 wait:
-	for srv.inflight() > 0 {
+	// Nothing is dialed once draining; a dial in progress ends before the
+	// engine stops (gnet's enrollment waits for the loop to run it).
+	for srv.inflight() > 0 || len(srv.dials) > 0 {
 		select {
 		case <-ctx.Done():
 			srv.log.Warn("shutdown timeout: closing connections with replies outstanding", zap.Int64("requests", srv.inflight()))
