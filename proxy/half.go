@@ -108,15 +108,25 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 // one, which Redis sees incomplete too), and shuts the upstream
 // connection down for writing: Redis reads the EOF the client sent.
 //
-// A client on a lane first gets a connection of its own, once its
-// replies on the lane are in: that connection reads the EOF, as the
-// client's own would have.
+// A client on a lane waits for its replies on the lane. If it has
+// nothing more to send, the session ends then (Redis frees a client
+// once it has read its EOF); otherwise it gets a connection of its own,
+// which takes the rest and reads the EOF, as the client's own would have.
 func (h *halfConn) progress() {
 	s := h.s
 	s.sticky = true // it stays on its own connection, which reads the EOF
 	if s.shared {
 		if s.closing() || s.released() || s.sent.len() > 0 || s.pause == pauseRoute {
 			return // its replies on the lane first: repliesIn comes back here
+		}
+		if s.upLife == upNone && s.pause == pauseNone && h.off == len(h.in) && s.partial == nil {
+			// Every request was answered and nothing is left to send: a
+			// connection of its own would read the EOF now, and Redis free
+			// the client, dropping the replies its socket did not take.
+			// Dialing one just to shut it would leave the client reading
+			// the rest meanwhile.
+			s.upstreamEnded()
+			return
 		}
 		s.el.pin(s) // onUpstreamOpen, or the setup's replies, come back here
 	}
