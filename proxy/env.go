@@ -261,9 +261,9 @@ type loopStats struct {
 const shrinkSlack = 16
 
 // settled reports whether a cached reply of the key with hash h may be
-// served: no keyspace notification for it (or a flush) has reached Cicada
-// without being applied. Fences are asked once per processClient call,
-// at its first cache hit. Once is enough: every request in the batch was
+// served, or a fill of it kept: no keyspace notification for it (or a
+// flush) has reached Cicada without being applied. Fences are asked once
+// per processClient call, at its first cache hit or fill. Once is enough: every request in the batch was
 // sent before Cicada read it, so a write acknowledged before any of them
 // was sent has its notification in Cicada's socket by then (or applied),
 // and a write acknowledged later is concurrent with the reads still
