@@ -125,6 +125,20 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 // environment sets MULTIPLEX=false.
 func Multiplexed() bool { return os.Getenv("MULTIPLEX") != "false" }
 
+// NeedLanes skips t, a test of lanes, when the environment sets
+// MULTIPLEX=false; covered, if not empty, names the test of the same
+// behaviour on dedicated connections.
+func NeedLanes(t testing.TB, covered string) {
+	t.Helper()
+	if Multiplexed() {
+		return
+	}
+	if covered != "" {
+		t.Skipf("MULTIPLEX=false: no lanes (%s covers dedicated connections)", covered)
+	}
+	t.Skip("MULTIPLEX=false: no lanes")
+}
+
 // WaitReady waits up to 10 s for the notification subscription.
 func (p *Proxy) WaitReady(t testing.TB) {
 	t.Helper()

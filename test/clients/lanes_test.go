@@ -49,9 +49,7 @@ func laneCounts(t *testing.T, p *cicadatest.Proxy) (pins, returns float64) {
 // connection gets a connection of its own for its AUTH and then goes back
 // to lanes (rueidis with its cache: to stay for its tracking).
 func TestConnectSequences(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	ctx := context.Background()
 	node := func(src string) func(addr, pass string) error {
 		return func(addr, pass string) error {

@@ -170,9 +170,7 @@ func fillMaxClients(t *testing.T, direct *redis.Client) {
 // connection of its own is served on a lane (docs/limits.md), and gets
 // Redis's refusal when it needs a connection of its own.
 func TestMaxClientsLanes(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes (TestMaxClients covers dedicated connections)")
-	}
+	cicadatest.NeedLanes(t, "TestMaxClients")
 	r, p := newProxied(t, cicadatest.Options{Loops: 1}) // one lane, opened below
 	rc := client(t, p.Addr, 2)
 	mustDo(t, rc, "SET", "hot", "v")

@@ -237,9 +237,7 @@ func TestInvalidUpstreamReply(t *testing.T) {
 // is closed, and so is the client it owed a reply, after the replies
 // before the bad bytes, as its own connection would have been.
 func TestInvalidLaneReply(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes (TestInvalidUpstreamReply covers dedicated connections)")
-	}
+	cicadatest.NeedLanes(t, "TestInvalidUpstreamReply")
 	// The lane's setup (CLIENT SETNAME), then the client's two PINGs.
 	p := cicadatest.Start(t, fakeRedis(t, "+OK\r\n", "+PONG\r\n*-5\r\n"), cicadatest.Options{NoWait: true, Loops: 1})
 	if got, err := sendAndReadAll(t, p.Addr, "PING\r\nPING\r\n"); got != "+PONG\r\n" || err != nil {

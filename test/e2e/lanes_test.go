@@ -38,9 +38,7 @@ func laneIDs(t *testing.T, direct *redis.Client) []string {
 // client's own connection; a client idle on the lane carries on, on a new
 // one.
 func TestLaneKilledMidPipeline(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	r, p := newProxied(t, cicadatest.Options{Loops: 1})
 	direct := client(t, r.Addr, 2)
 	ctx := context.Background()
@@ -79,9 +77,7 @@ func TestLaneKilledMidPipeline(t *testing.T) {
 // (one lane per state per loop, however many clients), and a client that
 // needs a connection of its own gets it with its db, protocol and name.
 func TestLaneClientStates(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	p := newPair(t, nil, cicadatest.Options{Loops: 1})
 	direct := client(t, p.Behind.Addr, 2)
 	const clients = 20
@@ -110,9 +106,7 @@ func TestLaneClientStates(t *testing.T) {
 // the connection of its own stays, idle, for what needs it. ACL users
 // get lanes of their own.
 func TestLanesUnderRequirepass(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	p := newPair(t, []string{"--requirepass", "pw"}, cicadatest.Options{Password: "pw", Loops: 1})
 	for _, addr := range []string{p.Direct.Addr, p.Behind.Addr} {
 		rc := redis.NewClient(&redis.Options{Addr: addr, Password: "pw", DisableIdentity: true})
@@ -186,9 +180,7 @@ func readyAuthConn(t *testing.T, addr string, alice bool) (net.Conn, *bufio.Read
 // Redis keeps them, and get what Redis gives them there; a client that
 // authenticates with the new password gets lanes again.
 func TestLaneAuthFailsAfterPasswordChange(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	// Rules changes are checked once a minute: unseen during the test.
 	r, p := newProxied(t, cicadatest.Options{Password: "pw", Loops: 1, CheckInterval: time.Minute}, "--requirepass", "pw")
 	a, abr := readyAuthConn(t, p.Addr, false)
@@ -280,9 +272,7 @@ func TestLaneLargeRequests(t *testing.T) {
 // input went on its own connection meanwhile, and the lane stopped for
 // everyone.
 func TestLaneHalfCloseInFlight(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	r, p := newProxied(t, cicadatest.Options{Loops: 1})
 	direct := client(t, r.Addr, 2)
 	ctx := context.Background()
@@ -327,9 +317,7 @@ func TestLaneHalfCloseInFlight(t *testing.T) {
 // adversarial review: it was counted as the head client's reply, and the
 // next client got another's value.
 func TestLanePushToLane(t *testing.T) {
-	if !cicadatest.Multiplexed() {
-		t.Skip("MULTIPLEX=false: no lanes")
-	}
+	cicadatest.NeedLanes(t, "")
 	r, p := newProxied(t, cicadatest.Options{Loops: 1})
 	direct := client(t, r.Addr, 2)
 	mustDo(t, direct, "SET", "a", "secretA")
