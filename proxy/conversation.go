@@ -687,7 +687,7 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 // the fill is kept under, or hold its reply back). A key worth caching
 // (detector.Admission.Worth: read at the floor rate at least, saving
 // Redis at least the admission bar) is filled unless a notification of it
-// is waiting to be applied (loopEnv.settled), or a fill of it is in
+// is waiting to be applied (loopEnv.notified), or a fill of it is in
 // flight on the loop (one fill per key and loop, whatever the number of connections
 // that read it) or failed lately for what the key holds; with one in
 // flight, the request waits for it, behind its own replies first, and is
@@ -711,7 +711,8 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 		// Redis a PTTL for nothing. The write detector counts that write
 		// only once the notification is applied, so without this check a
 		// key written before each read would look read more than written.
-		if cv.env.adm.Worth(k.Hash(), k.ReadHash()) && (!behind || cv.readsAhead()) && cv.loop.settled(cv.env.fences, k.Hash()) {
+		// (Only an efficiency matter: the fill's ticket keeps it correct.)
+		if cv.env.adm.Worth(k.Hash(), k.ReadHash()) && (!behind || cv.readsAhead()) && !cv.loop.notified(cv.env.fences, k.Hash()) {
 			return answerFill
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -261,25 +262,31 @@ type loopStats struct {
 const shrinkSlack = 16
 
 // settled reports whether a cached reply of the key with hash h may be
-// served, or a fill of it kept: no keyspace notification for it (or a
-// flush) has reached Cicada without being applied. Fences are asked once
-// per processClient call, at its first cache hit or fill. Once is enough: every request in the batch was
-// sent before Cicada read it, so a write acknowledged before any of them
-// was sent has its notification in Cicada's socket by then (or applied),
-// and a write acknowledged later is concurrent with the reads still
-// unanswered.
+// served: no keyspace notification for it (or a flush) has reached Cicada
+// without being applied. Fences are asked once per processClient call,
+// at its first cache hit or fill (askUnapplied). Once is enough: every
+// request in the batch was sent before Cicada read it, so a write
+// acknowledged before any of them was sent has its notification in
+// Cicada's socket by then (or applied), and a write acknowledged later is
+// concurrent with the reads still unanswered.
 func (l *loopEnv) settled(fences Fences, h uint64) bool {
+	l.askUnapplied(fences)
+	return !l.unappliedAll && !slices.Contains(l.unapplied, h)
+}
+
+// notified reports whether a keyspace notification of the key with hash h
+// is known to have reached Cicada without being applied (unlike settled,
+// false when Fences cannot tell which keys are concerned).
+func (l *loopEnv) notified(fences Fences, h uint64) bool {
+	l.askUnapplied(fences)
+	return slices.Contains(l.unapplied, h)
+}
+
+// askUnapplied asks fences which notifications are unapplied, once per
+// processClient call.
+func (l *loopEnv) askUnapplied(fences Fences) {
 	if !l.unappliedAsked {
 		l.unappliedAsked = true
 		l.unapplied, l.unappliedAll = fences.Unapplied(l.unapplied[:0], l.peek)
 	}
-	if l.unappliedAll {
-		return false
-	}
-	for _, u := range l.unapplied {
-		if u == h {
-			return false
-		}
-	}
-	return true
 }
