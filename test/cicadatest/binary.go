@@ -55,21 +55,15 @@ func StartBinaryUnder(t testing.TB, prefix []string, upstream string, args ...st
 	bin := BuiltBinary(t)
 	p := &Binary{}
 	var all []string
-	taken := map[string]bool{}
 	for _, l := range []struct {
 		flag string
 		addr *string
 	}{{"--listen", &p.Addr}, {"--admin", &p.Admin}, {"--local-admin", &p.LocalAdmin}} {
 		v, set := flagValue(args, l.flag)
 		if !set {
-			// Two free ports asked in turn can be the same one (the first
-			// was closed again): the process would fail to listen twice.
-			for v = ""; v == "" || taken[v]; {
-				v = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-			}
+			v = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
 			all = append(all, l.flag, v)
 		}
-		taken[v] = true
 		*l.addr = dialAddr(v)
 	}
 	all = append(all, "--upstream", upstream, "--hot-threshold", "1", "--log-level", "warn")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,16 +55,35 @@ func Require(t testing.TB) string {
 	return ""
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-// A race with another process is possible; Start retries on bind failure.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// never one of the last 256 it returned in this process: two asked in turn
+// could otherwise be the same one (the first listener was closed again),
+// and a process given both would fail to listen on the second. A race
+// with another process is possible; Start retries on bind failure.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen for a free port: %v", err)
+	recent.Lock()
+	defer recent.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen for a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !slices.Contains(recent.ports[:], port) {
+			recent.ports[recent.next%len(recent.ports)] = port
+			recent.next++
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+}
+
+// recent is the ports FreePort returned last, a ring under its lock.
+var recent struct {
+	sync.Mutex
+	ports [256]int
+	next  int
 }
 
 // Start runs redis-server with the given extra configuration arguments
