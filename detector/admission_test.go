@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -110,56 +111,83 @@ func TestAdmissionRebar(t *testing.T) {
 // no hit, halves back to the threshold when few did or after calls in a
 // row that saw fewer than 64 keys leave (4, then twice as many each time
 // the floor had to be raised again right after), and otherwise waits for
-// 64.
+// 64; while Worth refuses no key read at half the floor or more, a raised
+// floor halves after 4 such calls whatever the wait and whatever left.
 func TestAdmissionAdapt(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 2, Loops: 1})
 	a := NewAdmission(d, t0)
 	steps := []struct {
 		left, unused uint64
 		floor        uint32
+		near         bool // a key read at half the floor is refused first
 	}{
-		{63, 63, 2},   // fewer than 64 left: no judgement
-		{100, 60, 4},  // 60 of 100 unused: doubled
-		{200, 120, 8}, // 60 of 100 again
-		{263, 182, 8}, // 63 left since: wait
-		{300, 200, 16},
-		{400, 205, 8}, // 5 of 100: halved
-		{500, 210, 4},
-		{600, 215, 2}, // down to the threshold
-		{700, 220, 2}, // not below it
-		{800, 270, 2}, // 50 of 100: kept
-		{900, 370, 4}, // raised again, then quiet:
-		{910, 370, 4},
-		{920, 370, 4},
-		{930, 370, 4},
-		{940, 370, 2}, // the fourth quiet call halves it
-		{950, 370, 2},
-		{1050, 470, 4}, // raised right after easing: now 8 quiet calls to wait
-		{1150, 570, 8},
-		{1151, 570, 8},
-		{1152, 570, 8},
-		{1153, 570, 8},
-		{1154, 570, 8},
-		{1155, 570, 8},
-		{1156, 570, 8},
-		{1157, 570, 8},
-		{1158, 570, 4}, // the eighth quiet call halves it
-		{1159, 570, 4}, // and the count starts again
-		{1300, 575, 2}, // 5 of 150 unused: halved, and the wait is 4 again
-		{1400, 675, 4},
-		{1401, 675, 4},
-		{1402, 675, 4},
-		{1403, 675, 4},
-		{1404, 675, 2},
-		{1504, 775, 4}, // raised; then a trickle of unused keys, under 64:
-		{1510, 781, 4},
-		{1520, 791, 4},
-		{1530, 801, 4},
-		{1540, 811, 4}, // not eased: 36 of 36 left unused
-		{1541, 811, 4},
-		{2000, 815, 2}, // 40 of 496 unused: halved
+		{63, 63, 2, false},   // fewer than 64 left: no judgement
+		{100, 60, 4, false},  // 60 of 100 unused: doubled
+		{200, 120, 8, false}, // 60 of 100 again
+		{263, 182, 8, true},  // 63 left since: wait
+		{300, 200, 16, false},
+		{400, 205, 8, false}, // 5 of 100: halved
+		{500, 210, 4, false},
+		{600, 215, 2, false}, // down to the threshold
+		{700, 220, 2, false}, // not below it
+		{800, 270, 2, false}, // 50 of 100: kept
+		{900, 370, 4, false}, // raised again, then quiet:
+		{910, 370, 4, true},
+		{920, 370, 4, true},
+		{930, 370, 4, true},
+		{940, 370, 2, true}, // the fourth quiet call halves it
+		{950, 370, 2, true},
+		{1050, 470, 4, true}, // raised right after easing: now 8 quiet calls to wait
+		{1150, 570, 8, true},
+		{1151, 570, 8, true},
+		{1152, 570, 8, true},
+		{1153, 570, 8, true},
+		{1154, 570, 8, true},
+		{1155, 570, 8, true},
+		{1156, 570, 8, true},
+		{1157, 570, 8, true},
+		{1158, 570, 4, true}, // the eighth quiet call halves it
+		{1159, 570, 4, true}, // and the count starts again
+		{1300, 575, 2, true}, // 5 of 150 unused: halved, and the wait is 4 again
+		{1400, 675, 4, true},
+		{1401, 675, 4, true},
+		{1402, 675, 4, true},
+		{1403, 675, 4, true},
+		{1404, 675, 2, true},
+		{1504, 775, 4, true}, // raised; then a trickle of unused keys, under 64:
+		{1510, 781, 4, true},
+		{1520, 791, 4, true},
+		{1530, 801, 4, true},
+		{1540, 811, 4, true}, // not eased: 36 of 36 left unused
+		{1541, 811, 4, true},
+		{2000, 815, 2, true}, // 40 of 496 unused: halved
+		{2100, 915, 4, true}, // raised right after easing: the wait is 8
+		{2200, 1015, 8, true},
+		{2201, 1015, 8, true},
+		{2230, 1045, 8, false}, // the traffic stopped; what it filled leaves unused
+		{2260, 1075, 8, false},
+		{2261, 1076, 8, false},
+		{2262, 1077, 4, false}, // fourth call with nothing near: halved
+		{2263, 1078, 4, true},  // a key near 4 again: the count restarts
+		{2263, 1078, 4, false},
+		{2263, 1078, 4, false},
+		{2263, 1078, 4, false},
+		{2263, 1078, 2, false},
+		{2263, 1078, 2, false}, // at the threshold: stays
+		{2263, 1078, 2, false},
+		{2263, 1078, 2, false},
+		{2263, 1078, 2, false},
 	}
 	for i, s := range steps {
+		if s.near {
+			k := hashOf(fmt.Sprint("near ", i))
+			for range a.Floor() / 2 {
+				d.Observe(0, k)
+			}
+			if a.Worth(k, k) {
+				t.Fatalf("step %d: a key read at half the floor %d is worth filling", i, a.Floor())
+			}
+		}
 		a.Adapt(s.left, s.unused)
 		if got := a.Floor(); got != s.floor {
 			t.Fatalf("step %d (left %d unused %d): floor %d, want %d", i, s.left, s.unused, got, s.floor)
