@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -183,6 +184,11 @@ func (w *clusterWatch) watchRole(ctx context.Context) {
 	}
 }
 
+// roleQuiet is how long the role watch's WAIT must go unanswered before
+// the watch is trusted (blockRole): 100 ms, against a refusal's round trip
+// (well under 1 ms to a sidecar's Redis).
+const roleQuiet = 100 * time.Millisecond
+
 // errUnblocked is blockRole's error when the WAIT was answered as on a
 // role change: -UNBLOCKED, or the replica's refusal of WAIT.
 var errUnblocked = errors.New("upstream: role watch answered")
@@ -195,8 +201,8 @@ type roleRefused struct{ Reply string }
 // Error returns Redis's refusal, prefixed.
 func (e *roleRefused) Error() string { return "upstream: role watch: " + e.Reply }
 
-// blockRole opens the role watch connection, sends WAIT, publishes it,
-// and returns when anything arrives on it (the node changed role, or
+// blockRole opens the role watch connection, sends WAIT, publishes it
+// once it has gone unanswered for roleQuiet, and returns when anything arrives on it (the node changed role, or
 // the connection failed) or ctx is done.
 func (w *clusterWatch) blockRole(ctx context.Context) error {
 	d := net.Dialer{Timeout: w.cfg.DialTimeout, KeepAlive: time.Minute}
@@ -244,16 +250,25 @@ func (w *clusterWatch) blockRole(ctx context.Context) error {
 	if err := raw.Control(func(fd uintptr) { rw = &roleWatch{fd: int(fd)} }); err != nil {
 		return err
 	}
-	w.role.Store(rw)
-	defer w.role.Store(nil)
 	one := make([]byte, 1)
 	// Wait for readability without reading: the watch must be
 	// unpublished before its bytes leave the socket.
-	err = raw.Read(func(fd uintptr) bool {
+	readable := func(fd uintptr) bool {
 		_, errno := peek(int(fd), one)
 		return errno != unix.EAGAIN && errno != unix.EWOULDBLOCK
-	})
-	w.role.Store(nil)
+	}
+	// Published once WAIT has gone unanswered for roleQuiet: a refusal
+	// (-NOPERM) comes back within a round trip, and until it does the
+	// watch would be trusted without blocking anything.
+	_ = c.SetReadDeadline(time.Now().Add(roleQuiet))
+	err = raw.Read(readable)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = c.SetReadDeadline(time.Time{})
+		w.role.Store(rw)
+		defer w.role.Store(nil)
+		err = raw.Read(readable)
+		w.role.Store(nil)
+	}
 	if err != nil {
 		return err
 	}
