@@ -231,7 +231,7 @@ var settings = []setting{
 	{key: "upstream", field: func(c *Config) any { return &c.Upstream }, def: "127.0.0.1:6379", usage: "Redis address (host:port)"},
 	{key: "admin", field: func(c *Config) any { return &c.Admin }, def: ":9121", usage: "HTTP address of /metrics, /healthz and /readyz (host:port)"},
 	{key: "local-admin", field: func(c *Config) any { return &c.LocalAdmin }, def: "127.0.0.1:9122", usage: `HTTP address of /debug/pprof/, /debug/hotkeys and /config (host:port, keep it on loopback; "" = off)`},
-	{key: "hot-threshold", field: func(c *Config) any { return &c.HotThreshold }, def: uint32(2), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
+	{key: "hot-threshold", field: func(c *Config) any { return &c.HotThreshold }, def: uint32(1), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
 		usage: "ops/s on one key (1-s window) below which it is never cached, >= 1; keys above it are cached by what they save Redis"},
 	{key: "loops", field: func(c *Config) any { return &c.Loops }, def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = GOMAXPROCS"},
 		usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},

@@ -47,7 +47,7 @@ func TestDefaults(t *testing.T) {
 		Upstream:               "127.0.0.1:6379",
 		Admin:                  ":9121",
 		LocalAdmin:             "127.0.0.1:9122",
-		HotThreshold:           2,
+		HotThreshold:           1,
 		Loops:                  defaultLoops(),
 		CacheMaxValue:          65536,
 		CacheCapacity:          100000,
@@ -147,7 +147,7 @@ log-level: debug
 		{"flag over defaults", []string{"--listen", ":1", "--hot-threshold", "7", "--log-level", "warn"}, nil,
 			[]any{":1", uint32(7), 65536, 2 * time.Second, true, "warn"}},
 		{"env over defaults", nil, []string{"CICADA_LISTEN=:2", "CICADA_LOG_LEVEL=error"},
-			[]any{":2", uint32(2), 65536, 2 * time.Second, true, "error"}},
+			[]any{":2", uint32(1), 65536, 2 * time.Second, true, "error"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,7 +189,7 @@ func TestEnvIgnored(t *testing.T) {
 		"HOT_THRESHOLD=5", "cicada_hot_threshold=5", "CICADA_LOOPS=", "CICADA_LISTEN",
 	}
 	c := mustLoad(t, nil, env)
-	if c.HotThreshold != 2 || c.Loops != defaultLoops() || c.Listen != ":6380" {
+	if c.HotThreshold != 1 || c.Loops != defaultLoops() || c.Listen != ":6380" {
 		t.Errorf("got hot-threshold %d loops %d listen %q, want defaults", c.HotThreshold, c.Loops, c.Listen)
 	}
 }

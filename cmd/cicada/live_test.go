@@ -327,7 +327,7 @@ func TestConfigPostRefused(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d %q", tt.name, resp.StatusCode, b, tt.code, tt.want)
 		}
 	}
-	if got := p.setting(t, "hot-threshold"); got != "2" {
+	if got := p.setting(t, "hot-threshold"); got != "1" {
 		t.Errorf("a refused POST changed hot-threshold to %s", got)
 	}
 }

@@ -48,7 +48,7 @@ type Load interface {
 // defaultThreshold is Cicada's default --hot-threshold (cmd/cicada), the
 // floor below which no key is filled: the realistic scenarios run Cicada
 // as it ships.
-const defaultThreshold = 2
+const defaultThreshold = 1
 
 // scenario is one row group of the table: a load, the data it needs in
 // Redis, and how Cicada is configured for it.
