@@ -74,8 +74,10 @@ type Admission struct {
 	quiet        int
 	patience     int
 	eased        bool
-	idle         int           // Adapt's: calls in a row that found near unset
+	sinceNear    int           // Adapt's: calls in a row that found near unset
+	fills        bool          // Adapt's: filled was set at a call since its last judgement
 	near         atomic.Bool   // Worth refused a key read at half the floor or more since Adapt's last call
+	filled       atomic.Bool   // Worth let a key fill since Adapt's last call
 	bar          atomic.Uint64 // math.Float64bits of the bar, saved requests per second
 	full         atomic.Bool   // the cache was full at the last Rebar
 	rtt          atomic.Int64  // ns: moving average of fill round trips
@@ -189,40 +191,40 @@ const maxRaise = 1 << 20
 // traffic that raised it has stopped (a floor too high fills nothing, and with nothing filled no key
 // can leave): from 16 to 1 in 4 s. If a halving lets the same traffic
 // back in (the next judgement raises the floor again), the wait doubles,
-// up to 64 calls (16 s), and a good judgement sets it back to 4. Whatever
-// the wait and whatever leaves, a raised floor halves after four calls in
-// a row without a judgement in which [Admission.Worth] refused no key read
-// at half the floor or more: halving it lets nothing in that is read now
-// (the traffic that raised it has stopped, and the keys it filled are
-// leaving the cache as cold, unused). The janitor's, after each sweep
-// (every 250 ms).
+// up to 64 calls (16 s), and a good judgement sets it back to 4. After
+// the wait the floor also halves, however many of the keys gone were
+// unused, when as many calls in a row saw [Admission.Worth] refuse no key
+// read at half the floor or more: halving then lets in nothing read now (the traffic that raised it
+// has paused or stopped, and the keys it filled leave the cache as cold,
+// unused). A judgement raises the floor only if Worth let a key fill since
+// the last one: keys leaving unused after the traffic stopped say nothing
+// of a floor that fills nothing. The janitor's, after each sweep (every
+// 250 ms).
 func (a *Admission) Adapt(left, unused uint64) {
 	if a.patience == 0 {
 		a.patience = adaptQuiet
 	}
 	dl, du := left-a.left, unused-a.unused
 	floor := a.Floor()
-	near := a.near.Swap(false)
+	if a.near.Swap(false) {
+		a.sinceNear = 0
+	} else {
+		a.sinceNear++
+	}
+	a.fills = a.filled.Swap(false) || a.fills
 	if dl < adaptMin {
-		raised := floor > a.reads.Threshold()
-		if a.idle++; near || !raised {
-			a.idle = 0
-		}
-		if a.idle >= adaptQuiet {
-			a.raised.Store(floor / 2)
-			a.idle, a.quiet, a.eased = 0, 0, false
-			return
-		}
-		if a.quiet++; a.quiet >= a.patience && raised && 2*du <= dl {
+		if a.quiet++; a.quiet >= a.patience && floor > a.reads.Threshold() && (2*du <= dl || a.sinceNear >= a.patience) {
 			a.raised.Store(floor / 2)
 			a.eased, a.quiet = true, 0
 		}
 		return
 	}
-	a.quiet, a.idle = 0, 0
+	a.quiet = 0
 	a.left, a.unused = left, unused
+	fills := a.fills
+	a.fills = false
 	switch {
-	case 2*du > dl && floor < maxRaise:
+	case 2*du > dl && floor < maxRaise && fills:
 		a.raised.Store(2 * floor)
 		if a.eased {
 			a.patience = min(2*a.patience, maxPatience)
@@ -239,8 +241,9 @@ func (a *Admission) Adapt(left, unused uint64) {
 // Worth reports whether a miss of the reply should fill it: its reads
 // reach the floor and its saving is positive and at least the bar.
 // Lock-free; on the request path (a miss with no fill of the key in
-// flight). A key refused for reads of half the floor or more is noted for
-// Adapt (one shared store, only while none is noted).
+// flight). A key refused for reads of half the floor or more, and a key
+// let in, are noted for Adapt (a shared store each, only while none is
+// noted).
 func (a *Admission) Worth(keyHash, readHash uint64) bool {
 	r := a.reads.Estimate(readHash)
 	if f := a.Floor(); r < f {
@@ -250,7 +253,13 @@ func (a *Admission) Worth(keyHash, readHash uint64) bool {
 		return false
 	}
 	s := a.saved(float64(r), keyHash)
-	return s > 0 && s >= a.Bar()
+	if s <= 0 || s < a.Bar() {
+		return false
+	}
+	if !a.filled.Load() {
+		a.filled.Store(true)
+	}
+	return true
 }
 
 // Cold reports whether a cached reply should be dropped: only while the

@@ -111,8 +111,10 @@ func TestAdmissionRebar(t *testing.T) {
 // no hit, halves back to the threshold when few did or after calls in a
 // row that saw fewer than 64 keys leave (4, then twice as many each time
 // the floor had to be raised again right after), and otherwise waits for
-// 64; while Worth refuses no key read at half the floor or more, a raised
-// floor halves after 4 such calls whatever the wait and whatever left.
+// 64; after the wait a raised floor also halves if Worth refused no key
+// read at half the floor or more in as many calls, however many of the
+// keys gone were unused, and it is raised only if Worth let a key fill
+// since the last judgement.
 func TestAdmissionAdapt(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 2, Loops: 1})
 	a := NewAdmission(d, t0)
@@ -161,24 +163,31 @@ func TestAdmissionAdapt(t *testing.T) {
 		{1540, 811, 4, true}, // not eased: 36 of 36 left unused
 		{1541, 811, 4, true},
 		{2000, 815, 2, true}, // 40 of 496 unused: halved
-		{2100, 915, 4, true}, // raised right after easing: the wait is 8
-		{2200, 1015, 8, true},
-		{2201, 1015, 8, true},
-		{2230, 1045, 8, false}, // the traffic stopped; what it filled leaves unused
-		{2260, 1075, 8, false},
-		{2261, 1076, 8, false},
-		{2262, 1077, 4, false}, // fourth call with nothing near: halved
-		{2263, 1078, 4, true},  // a key near 4 again: the count restarts
-		{2263, 1078, 4, false},
-		{2263, 1078, 4, false},
-		{2263, 1078, 4, false},
-		{2263, 1078, 2, false},
-		{2263, 1078, 2, false}, // at the threshold: stays
-		{2263, 1078, 2, false},
-		{2263, 1078, 2, false},
-		{2263, 1078, 2, false},
+		{2100, 915, 4, true}, // raised, the wait 4; then the traffic stops, and what it filled leaves unused:
+		{2130, 945, 4, false},
+		{2160, 975, 4, false},
+		{2161, 976, 4, false},
+		{2162, 977, 2, false},  // the fourth call with nothing near halves it, though all that left was unused
+		{2163, 978, 2, false},  // and the next call does not halve it again
+		{2300, 1115, 2, false}, // 138 leave unused, but nothing was filled since the last judgement: kept
+		{2400, 1215, 4, true},  // raised: keys were filled
+		{2410, 1225, 4, true},  // then a trickle near the floor, all unused: waits
+		{2420, 1235, 4, true},
+		{2430, 1245, 4, true},
+		{2440, 1255, 4, true},
+		{2450, 1265, 4, true},
+		{2900, 1270, 2, true}, // 55 of 500 unused: halved
 	}
 	for i, s := range steps {
+		if s.near || i <= 40 { // keys filled, but for the steps after the traffic stopped (41-46)
+			k := hashOf(fmt.Sprint("filled ", i))
+			for range a.Floor() {
+				d.Observe(0, k)
+			}
+			if !a.Worth(k, k) {
+				t.Fatalf("step %d: a key read at the floor %d is not worth filling", i, a.Floor())
+			}
+		}
 		if s.near {
 			k := hashOf(fmt.Sprint("near ", i))
 			for range a.Floor() / 2 {
