@@ -75,9 +75,8 @@ type Admission struct {
 	patience     int
 	eased        bool
 	sinceNear    int           // Adapt's: calls in a row that found near unset
-	fills        bool          // Adapt's: filled was set at a call since its last judgement
 	near         atomic.Bool   // Worth refused a key read at half the floor or more since Adapt's last call
-	filled       atomic.Bool   // Worth let a key fill since Adapt's last call
+	filled       atomic.Bool   // Worth let a key fill since Adapt's last judgement
 	bar          atomic.Uint64 // math.Float64bits of the bar, saved requests per second
 	full         atomic.Bool   // the cache was full at the last Rebar
 	rtt          atomic.Int64  // ns: moving average of fill round trips
@@ -194,9 +193,9 @@ const maxRaise = 1 << 20
 // up to 64 calls (16 s), and a good judgement sets it back to 4. After
 // the wait the floor also halves, however many of the keys gone were
 // unused, when as many calls in a row saw [Admission.Worth] refuse no key
-// read at half the floor or more: halving then lets in nothing read now (the traffic that raised it
-// has paused or stopped, and the keys it filled leave the cache as cold,
-// unused). A judgement raises the floor only if Worth let a key fill since
+// read at half the floor or more: halving then lets in nothing read now
+// (the traffic that raised it has paused or stopped, and the keys it
+// filled leave the cache as cold, unused). A judgement raises the floor only if Worth let a key fill since
 // the last one: keys leaving unused after the traffic stopped say nothing
 // of a floor that fills nothing. The janitor's, after each sweep (every
 // 250 ms).
@@ -211,7 +210,6 @@ func (a *Admission) Adapt(left, unused uint64) {
 	} else {
 		a.sinceNear++
 	}
-	a.fills = a.filled.Swap(false) || a.fills
 	if dl < adaptMin {
 		if a.quiet++; a.quiet >= a.patience && floor > a.reads.Threshold() && (2*du <= dl || a.sinceNear >= a.patience) {
 			a.raised.Store(floor / 2)
@@ -221,9 +219,7 @@ func (a *Admission) Adapt(left, unused uint64) {
 	}
 	a.quiet = 0
 	a.left, a.unused = left, unused
-	fills := a.fills
-	a.fills = false
-	switch {
+	switch fills := a.filled.Swap(false); {
 	case 2*du > dl && floor < maxRaise && fills:
 		a.raised.Store(2 * floor)
 		if a.eased {
