@@ -97,7 +97,7 @@ const barSample = 4096
 // loops count reads in (its threshold is the floor), with its own write
 // detector, counted by one goroutine, whose window starts at now. The
 // write detector is a quarter of reads' width (at least 1): invalidations
-// are a fraction of reads, and (88 + 96) × width/4 bytes, 1.4 MiB at the
+// are a fraction of reads, and (88 + 120) × width/4 bytes, 1.6 MiB at the
 // default width, is what it costs. The bar starts at 0.
 func NewAdmission(reads *Detector, now time.Time) *Admission {
 	w, err := New(Config{Threshold: 1, Loops: 1, Width: max(reads.width/4, 1)}, now)

@@ -44,9 +44,9 @@
 // stay in a core's L2 cache, whatever the key. (Until issue 7 the 11 sub-window
 // counters of a column shared one cache line: 1 MiB per loop that random
 // keys missed in cache on every access, 13% of the CPU of forwarding
-// pipelined GETs of 100,000 keys.) Memory is (Loops × 88 + 96) × W bytes:
-// 2.75 MiB per loop and 3 MiB for the history and the sums at the default
-// width.
+// pipelined GETs of 100,000 keys.) Memory is (Loops × 88 + 120) × W bytes:
+// 2.75 MiB per loop and 3.75 MiB for the history (two copies, see
+// Concurrency) and the sums at the default width.
 //
 // Error bound, in words: a sketch never underestimates what it holds. Other
 // keys that land in the same counters can only add to a key's count. Let N
@@ -100,10 +100,16 @@
 //     sub-window boundary has passed, it zeroes (atomic stores) the slot(s)
 //     that become current for every loop, idle loops included, and only then
 //     publishes the new index; then it sums the slot that ended over the
-//     loops (owners have moved on) and rewrites the history sketch (atomic
-//     stores). Owners never clear counters themselves. Until the history is
-//     rewritten (about 0.5 ms plus 0.5 ms per loop at the default width),
-//     an estimate leaves out the sub-window that just ended.
+//     loops (owners have moved on) and writes the history sketch into the
+//     copy readers are not using, then publishes that copy with the slot
+//     it was written for. Owners never clear counters themselves. Until the
+//     new history is published (about 0.5 ms plus 0.5 ms per loop at the
+//     default width, longer if the ticker goroutine is descheduled), an
+//     estimate adds the loops' counters of the sub-window that just ended
+//     to the old history itself, so it never leaves that sub-window out.
+//     (Until the flash-crowd test failed in CI, it did: a key that had
+//     reached 900 of a threshold of 1,000 lost those reads for the length
+//     of the rewrite, and Redis got 1,368 GETs of it before it was hot.)
 //   - [Detector.Estimate],
 //     [Detector.Threshold] and [Detector.SetThreshold] are lock-free (atomic
 //     loads and stores only) and safe from any goroutine.
@@ -196,15 +202,21 @@ type Detector struct {
 	sketch int       // counters per sketch: depth × width
 	mask   uint64    // width - 1
 	shards []shard   // one per loop; the slice and headers are read-only
-	// history is a sketch (row r, column col at r*width+col) of the
-	// window's traffic outside the current sub-window, summed over loops
-	// and saturated at math.MaxUint32; written (Store) only by Advance,
-	// loaded by anyone.
-	history []atomic.Uint32
+	// history holds two copies of a sketch (row r, column col at
+	// r*width+col) of the window's traffic outside one sub-window, summed
+	// over loops and saturated at math.MaxUint32: the published one (see
+	// hist) and the one Advance writes next. Written (Store) only by
+	// Advance, and only in the copy not published; loaded by anyone.
+	history [2][]atomic.Uint32
 
-	// Atomics, written by Advance (pos) or SetThreshold (threshold), read
-	// by everyone.
-	pos       atomic.Uint64 // slot | elapsedInSubWindowNs<<slotBits
+	// Atomics, written by Advance (pos, hist) or SetThreshold (threshold),
+	// read by everyone.
+	pos atomic.Uint64 // slot | elapsedInSubWindowNs<<slotBits
+	// hist names the published history copy: copy | slot<<1 | seq<<8,
+	// where slot is the ring slot that was current when it was written
+	// (its traffic is not in it) and seq counts publications, so a reader
+	// can tell that the copy it read was rewritten meanwhile.
+	hist      atomic.Uint64
 	threshold atomic.Uint32
 
 	// mu serializes Advance and guards the following.
@@ -257,8 +269,10 @@ func New(cfg Config, now time.Time) (*Detector, error) {
 		d.snaps[i] = make([]uint32, depth*w)
 	}
 	d.full = make([]uint64, depth*w)
-	hist := make([]atomic.Uint32, padCounters+d.sketch+padCounters)
-	d.history = hist[padCounters : padCounters+d.sketch : padCounters+d.sketch]
+	for i := range d.history {
+		hist := make([]atomic.Uint32, padCounters+d.sketch+padCounters)
+		d.history[i] = hist[padCounters : padCounters+d.sketch : padCounters+d.sketch]
+	}
 	n := ringSlots * d.sketch
 	for i := range d.shards {
 		buf := make([]atomic.Uint32, padCounters+n+padCounters)
@@ -314,26 +328,39 @@ func (d *Detector) Observe(loop int, h uint64) {
 // ops/s. Other keys' accesses can only add to it; see the package doc for
 // the overestimate bound. It saturates at math.MaxUint32.
 // Safe for concurrent use from any goroutine; atomic loads only (read
-// again if an Advance moved the window meanwhile, which would otherwise
-// count the sub-window that ended twice), no allocation, no clock read.
+// again if an Advance moved the window or published a history meanwhile,
+// which would otherwise count a sub-window twice or read a history copy
+// being rewritten), no allocation, no clock read.
 func (d *Detector) Estimate(h uint64) uint32 {
 	i0 := int(h & d.mask)
 	i1 := d.width + int((h>>32)&d.mask)
 	for {
-		p := d.pos.Load()
-		base := int(p&slotMask) * d.sketch
-		r0, r1 := uint64(d.history[i0].Load()), uint64(d.history[i1].Load())
-		for i := range d.shards {
-			c := d.shards[i].c
-			r0 += uint64(c[base+i0].Load())
-			r1 += uint64(c[base+i1].Load())
+		p, hs := d.pos.Load(), d.hist.Load()
+		cur := int(p & slotMask)
+		hist := d.history[hs&1]
+		r0, r1 := uint64(hist[i0].Load()), uint64(hist[i1].Load())
+		r0, r1 = d.addSlot(cur, i0, i1, r0, r1)
+		// The history was written while another slot was current: until
+		// Advance publishes one without it, that slot's traffic is in
+		// neither, so it is added here.
+		if old := int(hs>>1) & slotMask; old != cur {
+			r0, r1 = d.addSlot(old, i0, i1, r0, r1)
 		}
-		// An Advance in between may have put the slot read as current
-		// into the history: read again rather than count it twice.
-		if d.pos.Load() == p {
+		if d.pos.Load() == p && d.hist.Load() == hs {
 			return uint32(min(r0, r1, math.MaxUint32))
 		}
 	}
+}
+
+// addSlot adds ring slot s's counters i0 and i1 of every loop to r0 and r1.
+func (d *Detector) addSlot(s, i0, i1 int, r0, r1 uint64) (uint64, uint64) {
+	base := s * d.sketch
+	for i := range d.shards {
+		c := d.shards[i].c
+		r0 += uint64(c[base+i0].Load())
+		r1 += uint64(c[base+i1].Load())
+	}
+	return r0, r1
 }
 
 // Advance moves the window to now, a reading of the injected clock (use
@@ -344,7 +371,8 @@ func (d *Detector) Estimate(h uint64) uint32 {
 // zeroes the ring slot(s) that become current in every loop, idle loops
 // included, publishes the new slot, then sums the slot that ended over the
 // loops. Every call then rewrites the history sketch from those sums, the
-// oldest weighted by the time into the current sub-window. A now earlier
+// oldest weighted by the time into the current sub-window, into the
+// history copy readers are not using, and publishes it. A now earlier
 // than the latest Advance (or than New's now) is ignored. Concurrent calls
 // are serialized by a mutex; never called on the hot path.
 //
@@ -354,8 +382,9 @@ func (d *Detector) Estimate(h uint64) uint32 {
 // oldest, plus per loop at a boundary one sketch zeroed with atomic stores
 // and one summed: 1% of a core for one loop at 10 calls a second (1.4 ms
 // when the history was summed from all 11 slots at every call). Between the slot's
-// publication and the history's, an estimate leaves out the sub-window that
-// just ended (and still counts the one leaving the window).
+// publication and the history's, an estimate adds the sub-window that just
+// ended to the old history (and so still counts the one leaving the
+// window: at most one sub-window's traffic too much, never too little).
 //
 // An Observe that loaded the slot index before it moved and adds after the
 // slot was summed is not counted (a race of nanoseconds), nor is one that
@@ -426,21 +455,25 @@ func (d *Detector) sumSlot(s int) {
 	}
 }
 
-// publishHistory stores in the history sketch, for current slot cur and
-// into ns into it, the sums of the 9 slots before cur in full and of the
-// oldest (cur+1) weighted by (1 - into/subWindow). Called by Advance with
-// d.mu held.
+// publishHistory stores in the history copy not published, for current
+// slot cur and into ns into it, the sums of the 9 slots before cur in full
+// and of the oldest (cur+1) weighted by (1 - into/subWindow), then
+// publishes it. Called by Advance with d.mu held.
 func (d *Detector) publishHistory(cur int, into uint64) {
 	into = min(into, uint64(subWindow))
 	keep := uint64(subWindow) - into
 	oldest := d.snaps[(cur+1)%ringSlots]
-	for j := range d.history {
+	hs := d.hist.Load()
+	next := (hs & 1) ^ 1
+	hist := d.history[next]
+	for j := range hist {
 		// The part of the oldest still inside the window. o × keep <
 		// 2^32 × 2^27, no overflow.
 		o := uint64(oldest[j])
 		f := d.full[j] + o*keep/uint64(subWindow)
-		d.history[j].Store(uint32(min(f, math.MaxUint32)))
+		hist[j].Store(uint32(min(f, math.MaxUint32)))
 	}
+	d.hist.Store((hs>>8+1)<<8 | uint64(cur)<<1 | next)
 }
 
 // clearSlot zeroes ring slot s of every loop. Called by Advance with d.mu
