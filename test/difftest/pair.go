@@ -69,8 +69,10 @@ func (p *Pair) Diff(t testing.TB, conv Conversation) string {
 	return Diff(want, got)
 }
 
-// Run runs conv directly (want) and through Cicada (got) at the same time.
-// It fails the test only when an endpoint cannot be reached.
+// Run runs conv directly (want) and through Cicada (got) at the same time;
+// the run through Cicada ends no earlier than its connections have as many
+// replies as the direct ones (or have ended, or 5 s passed). It fails the
+// test only when an endpoint cannot be reached.
 func (p *Pair) Run(t testing.TB, conv Conversation) (want, got *Transcript) {
 	t.Helper()
 	if p.AuthErrorsDropped {
@@ -79,8 +81,9 @@ func (p *Pair) Run(t testing.TB, conv Conversation) (want, got *Transcript) {
 	var werr, gerr error
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); want, werr = Run(p.Direct.Addr, conv) }()
-	go func() { defer wg.Done(); got, gerr = Run(p.Proxy.Addr, conv) }()
+	ref := make(chan *Transcript, 1) // Cicada's side waits for Redis's replies
+	go func() { defer wg.Done(); want, werr = Run(p.Direct.Addr, conv); ref <- want }()
+	go func() { defer wg.Done(); got, gerr = run(p.Proxy.Addr, conv, ref) }()
 	wg.Wait()
 	if werr != nil || gerr != nil {
 		t.Fatalf("run conversation: direct %v, through Cicada %v", werr, gerr)

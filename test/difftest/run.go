@@ -187,6 +187,18 @@ func countReplies(b []byte) int {
 // Run sends conv to the endpoint at addr and returns what each connection
 // received. Errors are only for failures to connect.
 func Run(addr string, conv Conversation) (*Transcript, error) {
+	return run(addr, conv, nil)
+}
+
+// run is Run; when ref is not nil, it also waits (up to replyTimeout per
+// connection) until each connection has as many replies as the same
+// connection of the transcript ref delivers (nil: none), or has ended,
+// before its last quiet wait. A quiet period alone ends a conversation of
+// raw steps too early when the endpoint is slower than the other one
+// (Cicada dialing a connection of a client's own on a CPU-starved
+// machine took longer than 250 ms), and the missing replies looked like
+// a difference.
+func run(addr string, conv Conversation, ref <-chan *Transcript) (*Transcript, error) {
 	quiet := conv.Quiet
 	if quiet == 0 {
 		quiet = 100 * time.Millisecond
@@ -256,6 +268,25 @@ func Run(addr string, conv Conversation) (*Transcript, error) {
 		}
 	}
 	wg.Wait()
+	if ref != nil {
+		if other := <-ref; other != nil {
+			for i, cn := range conns {
+				if cn == nil || i >= len(other.Clients) {
+					continue
+				}
+				if b, _ := cn.snapshot(); countReplies(b) >= countReplies(other.Clients[i].Bytes) {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cn.waitReplies(countReplies(other.Clients[i].Bytes), replyTimeout)
+					cn.waitQuiet(quiet)
+				}()
+			}
+			wg.Wait()
+		}
+	}
 	for i, cn := range conns {
 		if cn == nil {
 			continue
