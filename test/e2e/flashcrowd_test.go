@@ -79,7 +79,7 @@ func flashCrowd(t *testing.T, redisAddr string, p *cicadatest.Proxy, key string)
 		defer cs[i].Close()
 	}
 	getsBefore, pttlsBefore := commandCalls(t, redisAddr, "get"), commandCalls(t, redisAddr, "pttl")
-	hitsBefore := hits(p)
+	hitsBefore, unsettledBefore := hits(p), metric(t, p, "cicada_cache_hits_forwarded_total", "")
 	batch := []byte(strings.Repeat(cmd("GET", key), pipeline))
 	want := strings.Repeat("$5\r\n"+value+"\r\n", pipeline)
 	start := make(chan struct{})
@@ -112,8 +112,8 @@ func flashCrowd(t *testing.T, redisAddr string, p *cicadatest.Proxy, key string)
 	}
 	gets = commandCalls(t, redisAddr, "get") - getsBefore
 	pttls = commandCalls(t, redisAddr, "pttl") - pttlsBefore
-	t.Logf("%d GETs of %s through Cicada: Redis got %d GETs and %d PTTLs; %d answered from the cache",
-		conns*pipeline*rounds, key, gets, pttls, hits(p)-hitsBefore)
+	t.Logf("%d GETs of %s through Cicada: Redis got %d GETs and %d PTTLs; %d answered from the cache, %v forwarded for an unapplied notification",
+		conns*pipeline*rounds, key, gets, pttls, hits(p)-hitsBefore, metric(t, p, "cicada_cache_hits_forwarded_total", "")-unsettledBefore)
 	return gets, pttls
 }
 
