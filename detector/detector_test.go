@@ -578,7 +578,7 @@ func abs(x int) int { return max(x, -x) }
 
 // TestNoCountLostAcrossAdvance: accesses counted while Advance crosses a
 // sub-window boundary all reach the estimate (at most the one Observe in
-// flight when the slot is summed can miss it). The ended sub-window is
+// flight when the slot is summed can miss it, at each boundary). The ended sub-window is
 // summed after the new slot is published, when its owner counts elsewhere.
 func TestNoCountLostAcrossAdvance(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 1, Loops: 8})
@@ -602,8 +602,12 @@ func TestNoCountLostAcrossAdvance(t *testing.T) {
 	}
 	stop.Store(true)
 	<-done
-	if got, want := int64(d.Estimate(h)), n.Load(); got < want-1 || got > want {
-		t.Fatalf("estimate %d after %d accesses, want %d or %d", got, want, want-1, want)
+	// At each of the 4 boundaries the one Observe in flight when its slot
+	// is summed may be lost (Advance's doc): a goroutine preempted between
+	// its load of the slot and its add, as under parallel test packages
+	// (3 lost once in 25 runs beside the proxy's and hotcache's tests).
+	if got, want := int64(d.Estimate(h)), n.Load(); got < want-4 || got > want {
+		t.Fatalf("estimate %d after %d accesses, want %d to %d", got, want, want-4, want)
 	}
 }
 
