@@ -276,6 +276,10 @@ func (a *Admission) Cold(keyHash, readHash uint64) bool {
 	return s <= 0 || 2*s < a.Bar()
 }
 
+// Full reports whether the last Rebar said the cache was full: only then
+// may Cold call a reply cold. Lock-free.
+func (a *Admission) Full() bool { return a.full.Load() }
+
 // Bar is the saving (requests per second) a newcomer needs to be filled.
 func (a *Admission) Bar() float64 { return math.Float64frombits(a.bar.Load()) }
 

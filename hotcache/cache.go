@@ -175,6 +175,9 @@ type Cache struct {
 	fills   atomic.Uint64
 	left    atomic.Uint64 // keys evicted for room or as cold
 	unused  atomic.Uint64 // of those, keys that served no hit
+	// expiring is the number of published entries with a TTL; written
+	// under mu, read by Sweep without it.
+	expiring atomic.Int64
 
 	mu       sync.Mutex // guards the following
 	replies  int        // cached replies

@@ -2,6 +2,7 @@ package hotcache
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,6 +280,47 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
+// TestSweepNilCold: with no cold function the sweep still drops expired
+// replies, and it skips its walk only while no cached key has a TTL: the
+// count of keys with one follows fills (a TTL added by a field's fill
+// too), writes, expiry and flushes.
+func TestSweepNilCold(t *testing.T) {
+	c, clk := newTestCache(t, 100, 1<<20)
+	expiring := func(want int64) {
+		t.Helper()
+		if got := c.expiring.Load(); got != want {
+			t.Fatalf("keys with a TTL: %d, want %d", got, want)
+		}
+	}
+	clk.ns.Store(1000)
+	fill(t, c, "a", "", false, []byte("$1\r\nx\r\n"), 0)
+	fill(t, c, "b", "", false, []byte("$1\r\nx\r\n"), 2000)
+	fill(t, c, "h", "f1", true, []byte("$1\r\nx\r\n"), 0)
+	expiring(1)
+	fill(t, c, "h", "f2", true, []byte("$1\r\nx\r\n"), 5000) // the key gets a TTL
+	expiring(2)
+	clk.ns.Store(2000)
+	c.Sweep(nil)
+	if s := c.Stats(); s.Replies != 3 || s.Evicted[ReasonExpired] != 1 {
+		t.Errorf("after the sweep at 2000: replies %d expired %d, want 3 and 1", s.Replies, s.Evicted[ReasonExpired])
+	}
+	expiring(1)
+	k := KeyOf(0, []byte("h"))
+	c.EndWrite(c.BeginWrite(&k))
+	expiring(0)
+	fill(t, c, "c", "", false, []byte("$1\r\nx\r\n"), 9000)
+	expiring(1)
+	c.Flush()
+	expiring(0)
+	// No key with a TTL: nothing to walk, and "a" has none.
+	fill(t, c, "a", "", false, []byte("$1\r\nx\r\n"), 0)
+	clk.ns.Store(1 << 40)
+	c.Sweep(nil)
+	if _, st := get(c, "a", 1, 2); st != Hit {
+		t.Errorf("a key without a TTL after a sweep: %v, want Hit", st)
+	}
+}
+
 func TestSweepCold(t *testing.T) {
 	c, _ := newTestCache(t, 100, 1<<20)
 	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), 0)
@@ -398,6 +440,26 @@ func BenchmarkGetHit(b *testing.B) {
 			if c.Lookup(&k, 1, 2, &f); f.Status != Hit {
 				b.Fatal("miss")
 			}
+		}
+	})
+}
+
+// BenchmarkSweep: one sweep of a cache of 100,000 keys without a TTL
+// when none is cold: the walk (cold returns false for each) against a nil
+// cold, which skips it.
+func BenchmarkSweep(b *testing.B) {
+	c, _ := newTestCache(b, 100000, 1<<30)
+	for i := range 100000 {
+		fill(b, c, "key:"+strconv.Itoa(i), "", false, []byte("$5\r\nhello\r\n"), 0)
+	}
+	b.Run("walk", func(b *testing.B) {
+		for range b.N {
+			c.Sweep(func(_, _ uint64) bool { return false })
+		}
+	})
+	b.Run("nil", func(b *testing.B) {
+		for range b.N {
+			c.Sweep(nil)
 		}
 	})
 }

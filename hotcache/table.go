@@ -42,6 +42,12 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 		c.bytes += size
 	}
 	rec.replies, rec.bytes = replies, size
+	if old != nil && old.expireAt != 0 {
+		c.expiring.Add(-1)
+	}
+	if n.expireAt != 0 {
+		c.expiring.Add(1)
+	}
 	n.rec = rec
 	rec.e = &n
 	c.slotLocked(rec.slot).Store(&n)
@@ -156,6 +162,9 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	}
 	c.replies -= r.replies
 	c.bytes -= r.bytes
+	if r.e.expireAt != 0 {
+		c.expiring.Add(-1)
+	}
 	r.e = nil
 	if r.prev != nil {
 		r.prev.next = r.next
@@ -187,9 +196,18 @@ func measure(e *entry) (replies int, size int64) {
 // Sweep drops replies whose key expired and replies cold calls cold:
 // cold gets the hash of each cached reply's key (Hash) and the hash its
 // reads are counted under (the key's hash for GET, FieldHash for HGET;
-// Key.ReadHash). Called periodically by one goroutine; it takes the
-// writer lock only to change something.
+// Key.ReadHash); nil means none is cold, and then a cache holding no key
+// with a TTL is not walked at all (the walk touches every entry: 8 ms
+// for 85,000 of them in scenario 4, 3.7% of Cicada's CPU, at 4 sweeps a
+// second). Called periodically by one goroutine; it takes the writer lock
+// only to change something.
 func (c *Cache) Sweep(cold func(keyHash, readHash uint64) bool) {
+	if cold == nil {
+		if c.expiring.Load() == 0 {
+			return
+		}
+		cold = func(_, _ uint64) bool { return false }
+	}
 	now := c.now()
 	c.published(func(e *entry) {
 		if e.expireAt != 0 && now >= e.expireAt {

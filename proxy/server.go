@@ -243,7 +243,11 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			srv.hk.Tick() // DURATION's auto-stop, as Redis's cron does
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
-				srv.cache.Sweep(srv.adm.Cold)
+				var cold func(keyHash, readHash uint64) bool
+				if srv.adm.Full() { // else none is cold: only expiry to sweep
+					cold = srv.adm.Cold
+				}
+				srv.cache.Sweep(cold)
 				st := srv.cache.Stats()
 				srv.adm.Adapt(st.Left, st.Unused)
 				srv.adm.Rebar(srv.cache.Full(detector.FullAt), srv.cache.Replies())
