@@ -188,7 +188,7 @@ type Config struct {
 	Loops int
 	// Width is the number of counters per sketch row; a power of two in
 	// [1, MaxWidth]. 0 means DefaultWidth (32768). Memory is
-	// (Loops × 88 + 96) × Width bytes.
+	// (Loops × 88 + 120) × Width bytes.
 	Width int
 }
 
@@ -383,8 +383,10 @@ func (d *Detector) addSlot(s, i0, i1 int, r0, r1 uint64) (uint64, uint64) {
 // and one summed: 1% of a core for one loop at 10 calls a second (1.4 ms
 // when the history was summed from all 11 slots at every call). Between the slot's
 // publication and the history's, an estimate adds the sub-window that just
-// ended to the old history (and so still counts the one leaving the
-// window: at most one sub-window's traffic too much, never too little).
+// ended to the old history (and so still counts what is leaving the
+// window: the oldest sub-window's part, and, when the ticker was late and
+// k boundaries passed at once, k-1 whole sub-windows more; never too
+// little).
 //
 // An Observe that loaded the slot index before it moved and adds after the
 // slot was summed is not counted (a race of nanoseconds), nor is one that
