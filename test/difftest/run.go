@@ -197,7 +197,9 @@ func Run(addr string, conv Conversation) (*Transcript, error) {
 // raw steps too early when the endpoint is slower than the other one
 // (Cicada dialing a connection of a client's own on a CPU-starved
 // machine took longer than 250 ms), and the missing replies looked like
-// a difference.
+// a difference. Replies of raw steps may so come up to replyTimeout late,
+// as a counted step's always could: the harness compares bytes and
+// closes, not latency.
 func run(addr string, conv Conversation, ref <-chan *Transcript) (*Transcript, error) {
 	quiet := conv.Quiet
 	if quiet == 0 {
