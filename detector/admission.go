@@ -195,9 +195,9 @@ const maxRaise = 1 << 20
 // unused, when as many calls in a row saw [Admission.Worth] refuse no key
 // read at half the floor or more: halving then lets in nothing read now
 // (the traffic that raised it has paused or stopped, and the keys it
-// filled leave the cache as cold, unused). A judgement raises the floor only if Worth let a key fill since
-// the last one: keys leaving unused after the traffic stopped say nothing
-// of a floor that fills nothing. The janitor's, after each sweep (every
+// filled leave the cache as cold, unused). A judgement raises the floor
+// only if Worth let a key fill since the last one: keys leaving unused
+// after the traffic stopped say nothing of a floor that fills nothing. The janitor's, after each sweep (every
 // 250 ms).
 func (a *Admission) Adapt(left, unused uint64) {
 	if a.patience == 0 {
