@@ -2,6 +2,7 @@ package hotcache
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -462,6 +463,48 @@ func BenchmarkSweep(b *testing.B) {
 			c.Sweep(nil)
 		}
 	})
+}
+
+// BenchmarkLookupLarge: lookups in a cache of 100,000 keys (the default
+// capacity, a table of 262,144 slots) of keys spread over 1,000,000, as
+// scenario 4 of make bench does: hit, a cached key; miss, a key that is
+// not. Each lookup's slots and entry are out of the CPU's caches, as on a
+// loop serving many keys.
+func BenchmarkLookupLarge(b *testing.B) {
+	const cached, space = 100000, 1000000
+	c, _ := newTestCache(b, cached, 1<<30)
+	keys := make([]Key, space)
+	for i := range keys {
+		keys[i] = KeyOf(0, []byte("key:"+strconv.Itoa(i)))
+	}
+	order := rand.New(rand.NewPCG(1, 2)).Perm(space)
+	var hits []int // a fill may evict another key whose probe slots are full
+	for _, i := range order[:cached] {
+		fill(b, c, string(keys[i].name), "", false, []byte("$5\r\nhello\r\n"), 0)
+	}
+	for _, i := range order[:cached] {
+		var f Found
+		if c.Lookup(&keys[i], 1, 2, &f); f.Status == Hit {
+			hits = append(hits, i)
+		}
+	}
+	for _, bc := range []struct {
+		name   string
+		keys   []int
+		status Status
+	}{{"hit", hits, Hit}, {"miss", order[cached:], Miss}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var f Found
+			var name []byte // the key's bytes are in cache, as in a loop's read buffer
+			for i := range b.N {
+				name = strconv.AppendInt(append(name[:0], "key:"...), int64(bc.keys[i%len(bc.keys)]), 10)
+				k := KeyOf(0, name)
+				if c.Lookup(&k, 1, 2, &f); f.Status != bc.status {
+					b.Fatalf("status %v, want %v", f.Status, bc.status)
+				}
+			}
+		})
+	}
 }
 
 func BenchmarkGetMiss(b *testing.B) {

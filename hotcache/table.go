@@ -50,7 +50,7 @@ func (c *Cache) upsertLocked(db int, h uint64, key []byte, edit func(*entry)) *r
 	}
 	n.rec = rec
 	rec.e = &n
-	c.slotLocked(rec.slot).Store(&n)
+	c.slotLocked(rec.slot).publish(&n)
 	for c.replies > c.capacity || c.bytes > c.maxBytes {
 		victim := c.victimLocked(rec)
 		if victim == nil {
@@ -117,7 +117,7 @@ func (c *Cache) freeSlotLocked(h uint64) int {
 	var low float64
 	for i := uint64(0); i < probe; i++ {
 		s := int((h + i) & c.table.Load().mask)
-		e := c.slotLocked(s).Load()
+		e := c.slotLocked(s).e.Load()
 		if e == nil {
 			return s
 		}
@@ -151,7 +151,7 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	if r.e == nil {
 		return
 	}
-	c.slotLocked(r.slot).CompareAndSwap(r.e, nil)
+	c.slotLocked(r.slot).e.CompareAndSwap(r.e, nil)
 	c.evicted[why].Add(uint64(r.replies))
 	switch why {
 	case ReasonCold, ReasonCapacity: // what admission let in and nothing took out earlier
@@ -233,7 +233,7 @@ func (c *Cache) Sweep(cold func(keyHash, readHash uint64) bool) {
 func (c *Cache) published(fn func(*entry)) {
 	t := c.table.Load()
 	for i := range t.slots {
-		if e := t.slots[i].Load(); e != nil {
+		if e := t.slots[i].e.Load(); e != nil {
 			fn(e)
 		}
 	}
@@ -244,7 +244,7 @@ func (c *Cache) published(fn func(*entry)) {
 func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slotLocked(e.rec.slot).Load() != e {
+	if c.slotLocked(e.rec.slot).e.Load() != e {
 		return
 	}
 	keepGet := e.get != nil && !dropGet
@@ -318,7 +318,7 @@ func (c *Cache) Replies() iter.Seq2[uint64, uint64] {
 	return func(yield func(uint64, uint64) bool) {
 		t := c.table.Load()
 		for i := range t.slots {
-			e := t.slots[i].Load()
+			e := t.slots[i].e.Load()
 			if e == nil {
 				continue
 			}
@@ -401,7 +401,7 @@ func (c *Cache) Items(fn func(Item)) {
 
 // slotLocked returns slot i of the current table; the caller holds mu, so
 // the table cannot be replaced meanwhile.
-func (c *Cache) slotLocked(i int) *atomic.Pointer[entry] {
+func (c *Cache) slotLocked(i int) *slot {
 	return &c.table.Load().slots[i]
 }
 
