@@ -63,8 +63,8 @@ var (
 var startProcs = runtime.GOMAXPROCS(0)
 
 // maxCacheCapacity bounds cache-capacity: the cache's slot table has a
-// power of two at least twice as many slots (8 bytes each), allocated at
-// once; 1<<24 replies is a 256 MiB table.
+// power of two at least twice as many slots (16 bytes each), allocated at
+// once; 1<<24 replies is a 512 MiB table.
 const maxCacheCapacity = 1 << 24
 
 // minQueryBufferLimit is Redis's own minimum for client-query-buffer-limit
