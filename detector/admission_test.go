@@ -107,6 +107,43 @@ func TestAdmissionRebar(t *testing.T) {
 	}
 }
 
+// TestAdmissionColdKeepsIdle: in a full cache with a bar of 0, a reply
+// not read in the window is not cold at the default threshold, nor one
+// read under a floor Adapt raised; a reply written and not read is, and at
+// a threshold the user raised so is one read under half of it.
+func TestAdmissionColdKeepsIdle(t *testing.T) {
+	d := mustNew(t, Config{Threshold: 1, Loops: 1})
+	a := NewAdmission(d, t0)
+	idle, once, written := hashOf("idle"), hashOf("once"), hashOf("written")
+	d.Observe(0, once)
+	a.ObserveWrite(written)
+	a.Rebar(true, func(func(uint64, uint64) bool) {}) // full, bar 0
+	if a.Cold(idle, idle) || a.Cold(once, once) {
+		t.Errorf("threshold 1, bar 0: Cold(idle) %v, Cold(read once) %v; want false, false", a.Cold(idle, idle), a.Cold(once, once))
+	}
+	if !a.Cold(written, written) {
+		t.Error("written once, never read: not cold, want cold (saving -1)")
+	}
+	if !a.Worth(once, once) {
+		t.Fatal("read once at floor 1: not worth a fill")
+	}
+	a.Adapt(64, 64) // 64 keys left, all unused: the floor doubles
+	if a.Floor() != 2 {
+		t.Fatalf("floor %d after Adapt, want 2", a.Floor())
+	}
+	if a.Cold(idle, idle) || a.Cold(once, once) {
+		t.Errorf("floor raised to 2 by Adapt: Cold(idle) %v, Cold(read once) %v; want false, false", a.Cold(idle, idle), a.Cold(once, once))
+	}
+	d.SetThreshold(2)
+	if !a.Cold(idle, idle) || a.Cold(once, once) {
+		t.Errorf("threshold 2: Cold(idle) %v, Cold(read once) %v; want true, false", a.Cold(idle, idle), a.Cold(once, once))
+	}
+	d.SetThreshold(4)
+	if !a.Cold(once, once) {
+		t.Error("threshold 4: a key read once is not cold")
+	}
+}
+
 // TestAdmissionAdapt: the floor doubles while most keys that left served
 // no hit, halves back to the threshold when few did or after calls in a
 // row that saw fewer than 64 keys leave (4, then twice as many each time
