@@ -46,8 +46,8 @@ import (
 // 1/16 quantile, so a newcomer must beat the weakest sixteenth of the
 // cache. The cache evicts by the same measure (hotcache.Cache.SetRank):
 // the least saving of its eight oldest keys, and while it is full the
-// sweep drops replies that save less than nothing or less than half a bar
-// above 0 ([Admission.Cold]).
+// sweep drops replies saving less than half a bar above 0
+// ([Admission.Cold]).
 //
 // The floor is the read detector's threshold (--hot-threshold): a key read
 // more slowly is never filled, whatever the bar, so a user can keep the
@@ -262,20 +262,21 @@ func (a *Admission) Worth(keyHash, readHash uint64) bool {
 // Cold reports whether a cached reply should be dropped: only while the
 // cache is full (the last Rebar said so: a cache with room keeps what it
 // filled until it is written, expires or is evicted for room, since a key
-// read every few seconds still saves a request per read), when it is read
-// at less than half the read detector's threshold (--hot-threshold, when
-// above the default 1: a user who raises it keeps only truly hot keys),
-// costs Redis more than it saves (a saving below 0: written faster than
-// read), or saves less than half a bar above 0. A reply merely not read in
-// the window (saving 0) is not cold while the bar is 0, nor is one under a
-// floor Adapt raised: it is left to eviction for room, which takes the
-// least saving of the eight oldest keys when a fill needs its place. On
-// wide traffic (scenario 4: Zipf over 1,000,000 keys, most of the 100,000
-// cached ones read less than once a second) each sweep that found the cache
-// full dropped about half of it, 44,000 replies that had served no hit
-// yet, and fills brought it back to full within 4 s
-// (cicada_cache_unused_total, cicada_cache_replies).
-// Lock-free (the cache's sweep).
+// read every few seconds still saves a request per read), when it saves
+// less than half a bar above 0 (its place is better given to a newcomer
+// that beats the bar) or, at a --hot-threshold above the default 1 (a
+// user who raises it keeps only truly hot keys), is read at less than half
+// of it. Nothing else makes a reply cold: not a saving of 0 (unread in
+// the window) while the bar is 0, not a floor Adapt raised (it stops
+// fills), not a saving below 0 (written faster than read: its next write
+// evicts it anyway, and until then its hits save Redis requests). Such
+// replies are left to eviction for room, which takes the least saving of
+// the eight oldest keys when a fill needs a place. On wide traffic
+// (scenario 4: Zipf over 1,000,000 keys, most of the 100,000 cached ones
+// read less than once a second) each sweep that found the cache full
+// dropped about half of it, 44,000 replies that had served no hit yet,
+// and fills brought it back to full within 4 s (cicada_cache_unused_total,
+// cicada_cache_replies). Lock-free (the cache's sweep).
 func (a *Admission) Cold(keyHash, readHash uint64) bool {
 	if !a.full.Load() {
 		return false
@@ -284,13 +285,17 @@ func (a *Admission) Cold(keyHash, readHash uint64) bool {
 	if thr := a.reads.Threshold(); thr > 1 && 2*uint64(r) < uint64(thr) {
 		return true
 	}
-	s := a.saved(float64(r), keyHash)
-	return s < 0 || 2*s < a.Bar()
+	bar := a.Bar()
+	return bar > 0 && 2*a.saved(float64(r), keyHash) < bar
 }
 
-// Full reports whether the last Rebar said the cache was full: only then
-// may Cold call a reply cold. Lock-free.
-func (a *Admission) Full() bool { return a.full.Load() }
+// MayCold reports whether Cold can call any reply cold now: the last
+// Rebar said the cache was full, and the bar is above 0 or the read
+// detector's threshold above 1. When it cannot, the cache's sweep has only
+// expiry to look for. Lock-free.
+func (a *Admission) MayCold() bool {
+	return a.full.Load() && (a.Bar() > 0 || a.reads.Threshold() > 1)
+}
 
 // Bar is the saving (requests per second) a newcomer needs to be filled.
 func (a *Admission) Bar() float64 { return math.Float64frombits(a.bar.Load()) }

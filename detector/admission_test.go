@@ -44,8 +44,8 @@ func TestAdmissionSaved(t *testing.T) {
 		t.Error("cache not full: a key saving nothing is cold, want kept until written or evicted for room")
 	}
 	a.Rebar(true, func(func(uint64, uint64) bool) {}) // full, bar 0
-	if a.Worth(written, written) || !a.Cold(written, written) {
-		t.Errorf("written faster than read: Worth %v Cold %v, want false true", a.Worth(written, written), a.Cold(written, written))
+	if a.Worth(written, written) || a.Cold(written, written) {
+		t.Errorf("written faster than read: Worth %v Cold %v, want false (no fill) false (its next write evicts it)", a.Worth(written, written), a.Cold(written, written))
 	}
 	if !a.Worth(read, read) || a.Cold(read, read) {
 		t.Errorf("read 100/s: Worth %v Cold %v, want true false", a.Worth(read, read), a.Cold(read, read))
@@ -107,10 +107,12 @@ func TestAdmissionRebar(t *testing.T) {
 	}
 }
 
-// TestAdmissionColdKeepsIdle: in a full cache with a bar of 0, a reply
-// not read in the window is not cold at the default threshold, nor one
-// read under a floor Adapt raised; a reply written and not read is, and at
-// a threshold the user raised so is one read under half of it.
+// TestAdmissionColdKeepsIdle: in a full cache with a bar of 0, no reply
+// is cold at the default threshold, not one unread in the window, not one
+// written and not read, not one read under a floor Adapt raised, and the
+// sweep need not look (MayCold); at a threshold the user raised, a reply
+// read under half of it is cold, and so is one saving less than half a
+// bar above 0.
 func TestAdmissionColdKeepsIdle(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 1, Loops: 1})
 	a := NewAdmission(d, t0)
@@ -118,11 +120,16 @@ func TestAdmissionColdKeepsIdle(t *testing.T) {
 	d.Observe(0, once)
 	a.ObserveWrite(written)
 	a.Rebar(true, func(func(uint64, uint64) bool) {}) // full, bar 0
-	if a.Cold(idle, idle) || a.Cold(once, once) {
-		t.Errorf("threshold 1, bar 0: Cold(idle) %v, Cold(read once) %v; want false, false", a.Cold(idle, idle), a.Cold(once, once))
+	for _, k := range []struct {
+		name string
+		h    uint64
+	}{{"unread", idle}, {"read once", once}, {"written once, never read", written}} {
+		if a.Cold(k.h, k.h) {
+			t.Errorf("threshold 1, bar 0: %s is cold", k.name)
+		}
 	}
-	if !a.Cold(written, written) {
-		t.Error("written once, never read: not cold, want cold (saving -1)")
+	if a.MayCold() {
+		t.Error("threshold 1, bar 0: MayCold, want the sweep to skip Cold")
 	}
 	if !a.Worth(once, once) {
 		t.Fatal("read once at floor 1: not worth a fill")
@@ -131,16 +138,24 @@ func TestAdmissionColdKeepsIdle(t *testing.T) {
 	if a.Floor() != 2 {
 		t.Fatalf("floor %d after Adapt, want 2", a.Floor())
 	}
-	if a.Cold(idle, idle) || a.Cold(once, once) {
-		t.Errorf("floor raised to 2 by Adapt: Cold(idle) %v, Cold(read once) %v; want false, false", a.Cold(idle, idle), a.Cold(once, once))
+	if a.Cold(idle, idle) || a.Cold(once, once) || a.MayCold() {
+		t.Errorf("floor raised to 2 by Adapt: Cold(unread) %v, Cold(read once) %v, MayCold %v; want false, false, false",
+			a.Cold(idle, idle), a.Cold(once, once), a.MayCold())
 	}
 	d.SetThreshold(2)
-	if !a.Cold(idle, idle) || a.Cold(once, once) {
-		t.Errorf("threshold 2: Cold(idle) %v, Cold(read once) %v; want true, false", a.Cold(idle, idle), a.Cold(once, once))
+	if !a.MayCold() || !a.Cold(idle, idle) || a.Cold(once, once) {
+		t.Errorf("threshold 2: MayCold %v, Cold(unread) %v, Cold(read once) %v; want true, true, false",
+			a.MayCold(), a.Cold(idle, idle), a.Cold(once, once))
 	}
-	d.SetThreshold(4)
-	if !a.Cold(once, once) {
-		t.Error("threshold 4: a key read once is not cold")
+	d.SetThreshold(1)
+	a.Rebar(true, func(yield func(uint64, uint64) bool) { yield(once, once) }) // bar 1: the saving of a key read once
+	if a.Bar() != 1 || !a.MayCold() || !a.Cold(idle, idle) || a.Cold(once, once) {
+		t.Errorf("bar %v: MayCold %v, Cold(unread) %v, Cold(read once) %v; want bar 1, true, true, false",
+			a.Bar(), a.MayCold(), a.Cold(idle, idle), a.Cold(once, once))
+	}
+	a.Rebar(false, func(func(uint64, uint64) bool) {})
+	if a.MayCold() || a.Cold(idle, idle) {
+		t.Error("not full: a reply may be cold")
 	}
 }
 

@@ -244,7 +244,7 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 			if now.Sub(lastSweep) >= srv.cfg.SweepInterval {
 				lastSweep = now
 				var cold func(keyHash, readHash uint64) bool
-				if srv.adm.Full() { // else none is cold: only expiry to sweep
+				if srv.adm.MayCold() { // else none is cold: only expiry to sweep
 					cold = srv.adm.Cold
 				}
 				srv.cache.Sweep(cold)
