@@ -558,7 +558,7 @@ func (c *Cache) AddReader(epoch uint64, k *Key, ident Ident) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slotLocked(e.rec.slot).e.Load() != e || c.epoch.Load() != epoch {
+	if !c.currentLocked(e) || c.epoch.Load() != epoch {
 		return // replaced or flushed meanwhile; a later read proves it again
 	}
 	old := e.get

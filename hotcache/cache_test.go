@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 type fakeClock struct{ ns atomic.Int64 }
@@ -612,5 +613,49 @@ func TestEvictByRank(t *testing.T) {
 	fill(t, c, "k9", "", false, []byte("$1\r\nx\r\n"), 0) // oldest first again: k0
 	if _, st := get(c, "k0", 1, 2); st != Miss {
 		t.Errorf("without a rank, k0 (oldest): %v, want Miss", st)
+	}
+}
+
+// TestShrinkWhileFoundUnlocked: AddReader and dropReplies (the sweep's)
+// find an entry without the lock, then lock; if SetLimits shrank the table
+// meanwhile, the entry's slot may be past the new table's end. Each must
+// see the key gone, not index the new table with it (it panicked: a live
+// config reload could end the process).
+func TestShrinkWhileFoundUnlocked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(c *Cache, e *entry, k *Key)
+	}{
+		{"AddReader", func(c *Cache, _ *entry, k *Key) { c.AddReader(c.Epoch(), k, 2) }},
+		{"dropReplies", func(c *Cache, e *entry, _ *Key) { c.dropReplies(e, true, nil) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newTestCache(t, 20, 1<<20) // a table of 64 slots
+			var k Key
+			for i := 0; ; i++ { // a key whose slot is past a 16-slot table's end
+				if k = KeyOf(0, []byte("k"+strconv.Itoa(i))); k.hash&63 >= 16 && k.hash&63 < 56 {
+					break
+				}
+			}
+			if !fill(t, c, string(k.name), "", false, []byte("$0\r\n\r\n"), 0) {
+				t.Fatal("fill refused")
+			}
+			e := c.find(0, k.hash, k.name)
+			if e == nil || e.rec.slot < 16 {
+				t.Fatalf("entry %v not where the test needs it", e)
+			}
+			c.mu.Lock()
+			done := make(chan any, 1)
+			go func() {
+				defer func() { done <- recover() }()
+				tc.call(c, e, &k)
+			}()
+			time.Sleep(50 * time.Millisecond) // the call waits for mu
+			c.setLimitsLocked(8, 1<<20, 1024) // a table of 16 slots
+			c.mu.Unlock()
+			if r := <-done; r != nil {
+				t.Fatalf("panicked: %v", r)
+			}
+		})
 	}
 }

@@ -244,7 +244,7 @@ func (c *Cache) published(fn func(*entry)) {
 func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slotLocked(e.rec.slot).e.Load() != e {
+	if !c.currentLocked(e) {
 		return
 	}
 	keepGet := e.get != nil && !dropGet
@@ -399,6 +399,15 @@ func (c *Cache) Items(fn func(Item)) {
 
 // Live settings: limits, denied keys, nil replies, on and off.
 
+// currentLocked reports whether e, found without the lock, is still the
+// published entry of its key (the caller holds mu). Its record says so
+// first: once the key is removed (as every key is before SetLimits
+// replaces the table with a smaller one) the record's slot may be past the
+// end of the current table.
+func (c *Cache) currentLocked(e *entry) bool {
+	return e.rec.e == e && c.slotLocked(e.rec.slot).e.Load() == e
+}
+
 // slotLocked returns slot i of the current table; the caller holds mu, so
 // the table cannot be replaced meanwhile.
 func (c *Cache) slotLocked(i int) *slot {
@@ -435,6 +444,12 @@ func (c *Cache) SetLimits(capacity int, maxBytes int64, maxValue int) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setLimitsLocked(capacity, maxBytes, maxValue)
+	return nil
+}
+
+// setLimitsLocked is SetLimits for valid limits, under mu.
+func (c *Cache) setLimitsLocked(capacity int, maxBytes int64, maxValue int) {
 	resize := slotTableSize(capacity) != len(c.table.Load().slots)
 	if resize || int64(maxValue) < c.maxValue.Load() {
 		c.epoch.Add(1)
@@ -454,7 +469,6 @@ func (c *Cache) SetLimits(capacity int, maxBytes int64, maxValue int) error {
 		}
 		c.removeLocked(victim, ReasonCapacity)
 	}
-	return nil
 }
 
 // Limits returns the capacity (replies), byte bound and largest cached
