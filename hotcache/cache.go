@@ -103,6 +103,13 @@ func (r Reason) String() string {
 type reply struct {
 	bytes   []byte  // the exact RESP reply; nil for a nil reply
 	readers []Ident // identities Redis let read it
+	// pending is set by Fill from before it publishes the reply until its
+	// ticket is confirmed after: a lookup meanwhile finds no reply. A
+	// write whose BeginWrite found nothing because the reply was not
+	// published yet may have completed by then (the Fill's goroutine
+	// descheduled between its two ticket checks), and the reply read
+	// before it must not be served.
+	pending atomic.Bool
 }
 
 func (r *reply) allows(ident Ident) bool {
@@ -200,11 +207,14 @@ type slotTable struct {
 
 // slot is one cell of a slotTable: the published entry and, beside it, the
 // hash of the last entry published there. A lookup reads tag first and
-// loads an entry only where tag is its hash: a miss probes the slots' two
-// cache lines instead of following a pointer to each entry on the way
-// (BenchmarkLookupLarge, scenario 4's 10,000s of cached keys). tag is a
-// filter only: a lookup checks the entry's own hash and key, and a tag
-// read out of step with e (a slot being republished) costs at most a miss.
+// loads an entry only where tag is its hash: a miss reads the probe slots
+// (128 bytes: two or three cache lines) instead of following a pointer to
+// each entry on the way (BenchmarkLookupLarge, scenario 4's 10,000s of
+// cached keys). tag is a filter only: a lookup checks the entry's own hash
+// and key, and a tag read out of step with e (a slot being republished)
+// costs at most a miss. A slot that holds an entry has its hash as tag
+// (publish fills an empty slot or replaces the same key's entry), so a
+// find under the writer lock is exact.
 type slot struct {
 	tag atomic.Uint64
 	e   atomic.Pointer[entry]
@@ -341,7 +351,7 @@ func (c *Cache) replyOf(e *entry, field []byte, isField bool, ident Ident, proto
 	} else {
 		r = e.get
 	}
-	if r == nil {
+	if r == nil || r.pending.Load() {
 		return nil, Miss
 	}
 	if !r.allows(ident) {
@@ -519,6 +529,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 		c.removeLocked(old.rec, ReasonExpired)
 	}
 	r := &reply{readers: []Ident{f.Ident}}
+	r.pending.Store(true)
 	if f.Reply != nil {
 		r.bytes = append(make([]byte, 0, len(f.Reply)), f.Reply...)
 	}
@@ -539,6 +550,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 		c.removeLocked(rec, ReasonWrite)
 		return false
 	}
+	r.pending.Store(false)
 	c.fills.Add(1)
 	return true
 }

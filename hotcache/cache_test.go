@@ -659,3 +659,41 @@ func TestShrinkWhileFoundUnlocked(t *testing.T) {
 		})
 	}
 }
+
+// TestFillServesNothingBeforeItsTicketCheck: Fill publishes a reply, then
+// checks its ticket again (a write may have looked for the key between);
+// a lookup in between must find no reply, or a write whose BeginWrite
+// came before the publication and whose reply came back before the lookup
+// would be answered with the value read before it. The lookup here runs
+// inside the rank that the eviction for room calls after publishing.
+func TestFillServesNothingBeforeItsTicketCheck(t *testing.T) {
+	c, _ := newTestCache(t, 1, 1<<20)
+	if !fill(t, c, "old", "", false, []byte("$1\r\nx\r\n"), 0) {
+		t.Fatal("fill of old refused")
+	}
+	k := KeyOf(0, []byte("new"))
+	var looked atomic.Bool
+	var during Status
+	c.SetRank(func(_, _ uint64) float64 {
+		if !looked.Swap(true) {
+			var f Found
+			c.Lookup(&k, 1, 2, &f)
+			during = f.Status
+		}
+		return 0
+	})
+	tk, ok := c.BeginFill(&k)
+	if !ok || !c.Fill(tk, FillRequest{Key: k, Reply: []byte("$1\r\ny\r\n"), ValueLen: 1, Ident: 1}) {
+		t.Fatal("fill of new refused")
+	}
+	if !looked.Load() {
+		t.Fatal("the rank was not called while Fill evicted for room: the test looked at nothing")
+	}
+	if during != Miss {
+		t.Errorf("a lookup between Fill's publication and its ticket check: status %v, want Miss", during)
+	}
+	var f Found
+	if c.Lookup(&k, 1, 2, &f); f.Status != Hit || string(f.Reply) != "$1\r\ny\r\n" {
+		t.Errorf("after Fill: status %v reply %q, want Hit $1 y", f.Status, f.Reply)
+	}
+}
