@@ -46,7 +46,8 @@ import (
 // 1/16 quantile, so a newcomer must beat the weakest sixteenth of the
 // cache. The cache evicts by the same measure (hotcache.Cache.SetRank):
 // the least saving of its eight oldest keys, and while it is full the
-// sweep drops replies saving less than half a bar above 0
+// sweep drops replies saving less than half a bar above 0 and, at a
+// --hot-threshold above 1, those read at less than half of it
 // ([Admission.Cold]).
 //
 // The floor is the read detector's threshold (--hot-threshold): a key read
@@ -195,8 +196,8 @@ const maxRaise = 1 << 20
 // the wait the floor also halves, however many of the keys gone were
 // unused, when as many calls in a row saw [Admission.Worth] refuse no key
 // read at half the floor or more: halving then lets in nothing read now
-// (the traffic that raised it has paused or stopped, and the keys it
-// filled leave the cache as cold, unused). A judgement raises the floor
+// (the traffic that raised it has paused or stopped, and what leaves the
+// cache, for room or as cold, is what it filled). A judgement raises the floor
 // only if Worth let a key fill since the last one: keys leaving unused
 // after the traffic stopped say nothing of a floor that fills nothing. The janitor's, after each sweep (every
 // 250 ms).

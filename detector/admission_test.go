@@ -9,8 +9,8 @@ import (
 
 // TestAdmissionSaved: a key never written saves its reads; writes cost a
 // refill each and make a fill survive its round trip with probability
-// e^(−w·t); the floor and the bar gate Worth, half of each Cold (only
-// when the cache is full).
+// e^(−w·t); the floor and the bar gate Worth, half the threshold and
+// half the bar Cold (only when the cache is full).
 func TestAdmissionSaved(t *testing.T) {
 	d := mustNew(t, Config{Threshold: 10, Loops: 1})
 	a := NewAdmission(d, t0)

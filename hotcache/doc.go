@@ -9,7 +9,8 @@
 //
 // A Key (db, name, field, its hashes computed once by KeyOf or FieldKeyOf)
 // names what is looked up, written or filled. A cell of the table (a
-// "slot" in the code) holds an immutable *entry (atomic.Pointer); writers
+// "slot" in the code) holds an immutable *entry (atomic.Pointer) beside
+// its hash, which lookups compare before they load the entry; writers
 // replace whole entries (copy on write), so a reader sees an old entry or a
 // new one, never a torn one. A missing or hidden entry costs a forwarded
 // request; it is never wrong. There is no lock and no shared counter on

@@ -69,8 +69,9 @@ func TestSlowReaderFlood(t *testing.T) {
 	}
 	quiet := probe(2 * time.Second)
 	rssBefore := cicadatest.RSS(t, p.Pid)
-	// Read big again: unread for 2 s, it went cold and left the cache, and
-	// one long pipeline never fills it (a fill needs an empty queue).
+	// Read big until two more hits: the flood below must be answered from
+	// the cache, and one long pipeline of a key not cached never fills it
+	// (a fill needs an empty queue).
 	for hits := p.Metric(t, "cicada_cache_hits_total"); p.Metric(t, "cicada_cache_hits_total") < hits+2; {
 		_ = rc.Get(ctx, "big").Err()
 	}
