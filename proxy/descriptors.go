@@ -16,11 +16,12 @@ const (
 	// hold them (cmd/cicada reserves them).
 	ACLLookups = 4
 	// descriptorsPerLoop are an event loop's own: its epoll instance, the
-	// eventfd that wakes it and its listener (SO_REUSEPORT), and one more
-	// for the connection it has accepted and OnOpen refuses (maxclients,
-	// draining) before it accepts the next, or for the moment a
-	// half-closed client's socket is duplicated (half.go).
-	descriptorsPerLoop = 4
+	// eventfd that wakes it and its listener (SO_REUSEPORT), its spare
+	// upstream connection (spare.go), and one more for the connection it
+	// has accepted and OnOpen refuses (maxclients, draining) before it
+	// accepts the next, or for the moment a half-closed client's socket
+	// is duplicated (half.go).
+	descriptorsPerLoop = 5
 )
 
 // Descriptors returns how many descriptors the proxy may hold at once

@@ -18,7 +18,8 @@
 //	  │  halfConn (half.go)             reads, writes, closes, half-closes, limits,
 //	  │  loopState (loop.go)            timers, HOTKEYS (hotkeys_acl.go); the
 //	  │  lane (lane.go)                 loop's sessions and their sweep; the
-//	  │  dials (dial.go)                loop's lanes, shared upstream connections
+//	  │  dials (dial.go)                loop's lanes, shared upstream connections,
+//	  │  spare (spare.go)               and its spare, dialed ahead
 //	  ▼
 //	conversation (conv_state.go,        the connection's state as Redis confirmed it
 //	  conversation.go, conv_reply.go)   and the rules on requests and replies; no

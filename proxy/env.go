@@ -251,6 +251,7 @@ type loopStats struct {
 	inflight   atomic.Int64  // requests awaiting a reply
 	lanes      atomic.Int64  // lanes enrolled and not closed (lane.go)
 	own        atomic.Int64  // sessions' own upstream connections open
+	spares     atomic.Int64  // spare upstream connections open (spare.go)
 	pins       atomic.Uint64 // clients moved from lanes to a connection of their own
 	returns    atomic.Uint64 // clients moved from a connection of their own back to lanes
 	upstream   latencyHist   // forwarded request to its reply, one per round trip per connection

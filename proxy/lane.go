@@ -212,10 +212,10 @@ func (l *loopState) noLane(s *session, k shareKey) {
 }
 
 // pin moves session s, with nothing in flight on its lane, to its own
-// connection, which it keeps: dialed the first time (it waits,
-// pauseRoute, until session.onUpstreamOpen), then given back the
-// client's state (conversation.setup, pauseSetup until Redis has
-// answered it).
+// connection, which it keeps: the first time, the loop's spare or one
+// dialed now (it waits, pauseRoute, until session.onUpstreamOpen), then
+// given back the client's state (conversation.setup, pauseSetup until
+// Redis has answered it).
 func (l *loopState) pin(s *session) {
 	s.shared = false
 	s.setLane(nil)
@@ -226,9 +226,13 @@ func (l *loopState) pin(s *session) {
 		s.pause = pauseRoute
 		s.upLife = upDialing
 		if s.laneUser == "" {
-			// Dialed now, the connection is what a fresh one is under
-			// the rules of now.
+			// Dialed now (or a spare dialed under the rules of now), the
+			// connection is what a fresh one is under the rules of now.
 			s.gen = s.srv.ids.generation()
+		}
+		if c := l.takeSpare(s.srv); c != nil {
+			l.giveSpare(s, c)
+			return
 		}
 		go s.dial()
 	case upDialing:

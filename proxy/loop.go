@@ -36,6 +36,9 @@ type loopState struct {
 	// authenticate a fresh connection, for which no lane is dialed.
 	lanes  map[shareKey]*lane
 	denied map[uint64]bool
+	// spare is the loop's spare upstream connection, dialing or open
+	// (spare.go); nil: none.
+	spare *spare
 }
 
 // Idle connections give back what a burst grew, as Redis shrinks the

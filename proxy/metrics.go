@@ -56,6 +56,8 @@ var (
 		"Upstream connections shared by clients in one state (lanes) open now.", nil, nil)
 	descOwn = prometheus.NewDesc("cicada_upstream_own_connections",
 		"Upstream connections of a single client open now (clients that needed one, or all with --multiplex=false).", nil, nil)
+	descSpares = prometheus.NewDesc("cicada_upstream_spare_connections",
+		"Upstream connections dialed ahead for the next client that needs a connection of its own (one per event loop at most).", nil, nil)
 	descPins = prometheus.NewDesc("cicada_upstream_pins_total",
 		"Clients moved from lanes to a connection of their own.", nil, nil)
 	descReturns = prometheus.NewDesc("cicada_upstream_returns_total",
@@ -88,7 +90,7 @@ type collector struct{ srv *Server }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
 		descEvictions, descReplies, descBytes, descFloor, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
-		descLanes, descOwn, descPins, descReturns, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
+		descLanes, descOwn, descSpares, descPins, descReturns, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
 	}
@@ -98,11 +100,12 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	srv := c.srv
 	var hits, misses, fwd, tried, fills, unsettled uint64
-	var inflight, lanes, own int64
+	var inflight, lanes, own, spares int64
 	var pins, returns uint64
 	for _, l := range srv.loopList() {
 		lanes += l.stats.lanes.Load()
 		own += l.stats.own.Load()
+		spares += l.stats.spares.Load()
 		pins += l.stats.pins.Load()
 		returns += l.stats.returns.Load()
 		hits += l.stats.hits.Load()
@@ -146,6 +149,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInflight, float64(inflight))
 	gauge(descLanes, float64(lanes))
 	gauge(descOwn, float64(own))
+	gauge(descSpares, float64(spares))
 	counter(descPins, pins)
 	counter(descReturns, returns)
 	counter(descUpErrors, srv.UpstreamErrors())

@@ -326,14 +326,16 @@ func (srv *Server) loopList() []*loopState {
 }
 
 // OnOpen starts a session for a client (on a lane, or dialing Redis off
-// the loop) or links an enrolled upstream connection to its session or
-// lane.
+// the loop) or links an enrolled upstream connection to its session,
+// lane or loop (a spare).
 func (srv *Server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch v := c.Context().(type) {
 	case *upstreamLink:
 		return nil, v.s.onUpstreamOpen(c)
 	case *lane:
 		return nil, v.onOpen(c)
+	case *spare:
+		return nil, v.onOpen(c, srv)
 	}
 	if srv.draining.Load() {
 		return nil, gnet.Close
@@ -374,6 +376,8 @@ func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 		return v.s.onUpstreamTraffic()
 	case *lane:
 		return v.onTraffic()
+	case *spare:
+		return v.onTraffic()
 	}
 	return gnet.Close
 }
@@ -388,6 +392,8 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.s.onUpstreamClose(c)
 	case *lane:
 		v.onClose(c)
+	case *spare:
+		v.onClose()
 	}
 	return gnet.None
 }
