@@ -378,6 +378,8 @@ func (srv *Server) OnTraffic(c gnet.Conn) gnet.Action {
 		return v.onTraffic()
 	case *spare:
 		return v.onTraffic()
+	case *handover:
+		return v.onTraffic()
 	}
 	return gnet.Close
 }
@@ -394,6 +396,8 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 		v.onClose(c)
 	case *spare:
 		v.onClose()
+	case *handover:
+		v.lost = true
 	}
 	return gnet.None
 }

@@ -25,7 +25,9 @@ import (
 // A spare is what a connection dialed at that moment would be, or it is
 // not used: it is closed, and the client dials as before, when the rules
 // changed since it was dialed (identities.generation: a requirepass set
-// since may or may not apply to it), when it is older than half Redis's
+// since may or may not apply to it; a change made on Redis directly
+// counts once Cicada has seen it, within --commandstats-interval, as for
+// lanes), when it is older than half Redis's
 // timeout (Redis may be closing it as idle), or when Redis has written
 // on it or closed it (an error on connect, such as maxclients, may no
 // longer hold; CLIENT KILL). Redis sees one idle connection per loop
@@ -94,11 +96,17 @@ func (l *loopState) dialSpare(srv *Server) {
 }
 
 // dial connects the spare and enrolls it on its loop (on its own
-// goroutine: never dial on a loop), within the bound
-// on dials (srv.dials); a failed dial frees the loop's place for the next
-// spare, dialed at its next pin.
+// goroutine: never dial on a loop), within the bound on dials
+// (srv.dials). It takes no turn it would have to wait for: while clients'
+// dials use every one (a pool connecting at once), or when the dial
+// fails, the loop's place is freed for a spare dialed at its next pin.
 func (sp *spare) dial(srv *Server) {
-	srv.dials <- struct{}{}
+	select {
+	case srv.dials <- struct{}{}:
+	default:
+		sp.forget()
+		return
+	}
 	if srv.draining.Load() {
 		<-srv.dials // the engine is stopping: its loop may not run the enrollment
 		return
@@ -110,6 +118,12 @@ func (sp *spare) dial(srv *Server) {
 		return
 	}
 	srv.log.Debug("spare upstream dial failed", zap.Error(err))
+	sp.forget()
+}
+
+// forget frees the loop's place of the spare whose dial was not made or
+// failed. From the dialing goroutine: on the loop through Execute.
+func (sp *spare) forget() {
 	_ = sp.l.evl.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if sp.l.spare == sp {
 			sp.l.spare = nil
@@ -151,16 +165,42 @@ func (sp *spare) drop() {
 // giveSpare makes c, the loop's spare just taken, the own connection of
 // session s, which waits for it as for a dial (upDialing, pauseRoute):
 // session.onUpstreamOpen runs once the loop is done with what it is
-// handling (pin is called in the middle of s's requests). On the loop.
+// handling (pin is called in the middle of s's requests). Until then c's
+// context is a handover, not the session's: gnet may run c's events
+// first, and a spare Redis writes on or closes meanwhile (maxclients
+// reached as it accepted it) is not given: the session dials instead, as
+// it would have without a spare. On the loop.
 func (l *loopState) giveSpare(s *session, c gnet.Conn) {
-	c.SetContext(s.upLink)
+	h := &handover{}
+	c.SetContext(h)
 	err := l.evl.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		if s.onUpstreamOpen(c) == gnet.Close {
+		switch {
+		case h.lost:
 			_ = c.Close()
+			if s.upLife == upDialing && !s.closing() {
+				go s.dial()
+			}
+		default:
+			c.SetContext(s.upLink)
+			if s.onUpstreamOpen(c) == gnet.Close {
+				_ = c.Close()
+			}
 		}
 		return nil
 	}))
 	if err != nil {
 		_ = c.Close() // the engine is stopping
 	}
+}
+
+// handover is the gnet context of a spare between giveSpare and the
+// session's onUpstreamOpen. Owned by the loop.
+type handover struct {
+	lost bool // Redis wrote on the spare or closed it: not to be given
+}
+
+// onTraffic closes the spare Redis wrote on before it was given.
+func (h *handover) onTraffic() gnet.Action {
+	h.lost = true
+	return gnet.Close
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -74,5 +75,56 @@ func waitTouched(t *testing.T, c fdConn) {
 			t.Fatal("untouched after the peer wrote or closed")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// queueLoop is a gnet.EventLoop whose Execute only queues the task, as a
+// busy loop does until it has handled its round's events.
+type queueLoop struct {
+	gnet.EventLoop
+	queued []gnet.Runnable
+}
+
+func (q *queueLoop) Execute(_ context.Context, r gnet.Runnable) error {
+	q.queued = append(q.queued, r)
+	return nil
+}
+
+// ctxConn is a gnet.Conn with a context, which records Close.
+type ctxConn struct {
+	gnet.Conn
+	ctx    any
+	closed bool
+}
+
+func (c *ctxConn) Context() any     { return c.ctx }
+func (c *ctxConn) SetContext(v any) { c.ctx = v }
+func (c *ctxConn) Close() error     { c.closed = true; return nil }
+
+// TestSpareWrittenBeforeGiven: Redis's bytes on a spare whose handover to
+// a session is queued (gnet runs the round's events before its tasks) are
+// not the session's: the spare is closed, never given (before, the
+// session framed them with no connection and the loop panicked; found by
+// review).
+func TestSpareWrittenBeforeGiven(t *testing.T) {
+	q := &queueLoop{}
+	l := &loopState{evl: q}
+	srv := &Server{}
+	s := &session{srv: srv, el: l, upLife: upDialing}
+	s.pause = pauseRoute
+	s.upLink = &upstreamLink{s: s}
+	c := &ctxConn{ctx: &spare{l: l}}
+	l.giveSpare(s, c)
+	if len(q.queued) != 1 {
+		t.Fatalf("%d tasks queued, want the handover's", len(q.queued))
+	}
+	if a := srv.OnTraffic(c); a != gnet.Close {
+		t.Errorf("OnTraffic on the spare being given: %v, want Close", a)
+	}
+	srv.OnClose(c, nil)
+	s.life = clientClosing // the client left too: nothing to dial
+	_ = q.queued[0].Run(context.Background())
+	if s.up != nil || !c.closed {
+		t.Errorf("after the handover: session's connection %v, spare closed %v; want none and closed", s.up, c.closed)
 	}
 }
