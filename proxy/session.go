@@ -525,11 +525,14 @@ func (s *session) onClientClose(c gnet.Conn, err error) {
 }
 
 // finishClose tears the session down once its client connection is gone.
+// Its lane no longer counts it (a lane no client has is closed once
+// idle, closeIdle); replies the lane still owes it are framed and dropped.
 func (s *session) finishClose() {
 	s.left.Store(true)
 	s.srv.conns.Add(-1)
 	s.untrack()
 	s.el.unregister(s)
+	s.setLane(nil)
 	if s.up != nil && s.upLife != upClosed {
 		_ = s.up.Close()
 	}

@@ -392,3 +392,38 @@ func TestLaneQueryBufferLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneClosedAfterLastClientLeft: a lane whose last client closed its
+// connection while on it is closed once idle (half Redis's timeout here),
+// as documented; before, a client that left while on a lane kept it
+// counted, and the lane stayed open for good, PINGed every half timeout
+// (found by a new user's trial: lanes of db 1 and 3 still open minutes
+// after their clients had quit).
+func TestLaneClosedAfterLastClientLeft(t *testing.T) {
+	cicadatest.NeedLanes(t, "")
+	r, p := newProxied(t, cicadatest.Options{Loops: 1})
+	direct := client(t, r.Addr, 2)
+	mustDo(t, direct, "CONFIG", "SET", "timeout", "2")
+	ctx := context.Background()
+	db3Lanes := func() int {
+		n := 0
+		for _, line := range strings.Split(direct.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(line, " name=cicada-lane ") && strings.Contains(line, " db=3 ") {
+				n++
+			}
+		}
+		return n
+	}
+	c, br := readyConn(t, p.Addr)
+	sendBytes(t, c, cmd("SELECT", "3")+cmd("GET", "x"))
+	for _, want := range []string{"+OK\r\n", "$-1\r\n"} {
+		if got, err := redistest.ReadReply(br); err != nil || string(got) != want {
+			t.Fatalf("%q, %v; want %q", got, err, want)
+		}
+	}
+	if n := db3Lanes(); n != 1 {
+		t.Fatalf("%d lanes of db 3, want the client's", n)
+	}
+	c.Close()
+	waitFor(t, func() bool { return db3Lanes() == 0 })
+}
