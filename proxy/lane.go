@@ -230,9 +230,13 @@ func (l *loopState) pin(s *session) {
 			// connection is what a fresh one is under the rules of now.
 			s.gen = s.srv.ids.generation()
 		}
-		if c := l.takeSpare(s.srv); c != nil {
-			l.giveSpare(s, c)
-			return
+		// A client Redis has not accepted on a lane may be one it does not
+		// authenticate: not given a spare (spare.go).
+		if s.accepted {
+			if c := l.takeSpare(s.srv); c != nil {
+				l.giveSpare(s, c)
+				return
+			}
 		}
 		go s.dial()
 	case upDialing:

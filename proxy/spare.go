@@ -32,6 +32,18 @@ import (
 // on it or closed it (an error on connect, such as maxclients, may no
 // longer hold; CLIENT KILL). Redis sees one idle connection per loop
 // more, in CLIENT LIST and against maxclients (docs/limits.md).
+//
+// Nor is a spare given to a client that has had no reply from Redis on a
+// lane (session.accepted): one Redis may not authenticate (requirepass),
+// whose own connection may then never authenticate. Redis closes such a
+// connection once the replies it holds outside its reply buffer pass
+// 1 KB (CVE-2025-21605's fix), and shrinks the reply buffer of an idle
+// connection from 16 KB to 1 KB within about a second
+// (clientsCronResizeOutputBuffer): a pipeline of 100 refused GETs, which
+// a new connection holds, closed the client on a spare
+// (TestSpareNotForUnauthenticated). An authenticated connection has no
+// such limit; the smaller buffer only counts up to 15 KB more against
+// client-output-buffer-limit.
 
 // spare is an event loop's spare upstream connection, from the start of
 // its dial to its close. Owned by the loop, except gen, which the dialing

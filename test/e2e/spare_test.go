@@ -149,3 +149,29 @@ func TestSpareKilled(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestSpareNotForUnauthenticated: under requirepass a client's first
+// request goes on a connection of its own, which Redis does not
+// authenticate. Redis closes such a connection once more than 1 KB of
+// replies wait beyond its reply buffer, and shrinks the reply buffer of an
+// idle connection to 1 KB: 100 refused GETs in one pipeline, which a new
+// connection holds (16 KB), closed the client on a spare dialed after an
+// earlier client's first request. Such a client dials.
+func TestSpareNotForUnauthenticated(t *testing.T) {
+	cicadatest.NeedLanes(t, "")
+	_, p := newProxied(t, cicadatest.Options{Loops: 1, Password: "pw"}, "--requirepass", "pw")
+	want := make([]string, 100)
+	for i := range want {
+		want[i] = "-NOAUTH Authentication required.\r\n"
+	}
+	for range 2 {
+		c := dialPlain(t, p.Addr)
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		expectReplies(t, c, bufio.NewReader(c), strings.Repeat(cmd("GET", "k"), 100), want...)
+		c.Close()
+		time.Sleep(1500 * time.Millisecond) // Redis shrinks an idle connection's reply buffer
+	}
+	if n := metric(t, p, "cicada_upstream_spare_connections", ""); n != 0 {
+		t.Errorf("%v spares, want none: no client was accepted on a lane", n)
+	}
+}
