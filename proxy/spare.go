@@ -12,10 +12,10 @@ import (
 // Spares: upstream connections dialed before a client needs one.
 //
 // A client on a lane that needs a connection of its own (lane.go's pin:
-// MULTI, a blocking command, SUBSCRIBE, an unauthenticated client under
-// requirepass) would wait for a dial: on loopback its first MULTI took
-// 398-495 µs, 177-187 µs with a spare, and the next one 70-75 µs
-// (medians of 300 clients, one loop, docs/how-it-works.md). So
+// MULTI, WATCH, a blocking command, SUBSCRIBE) would wait for a dial: on
+// loopback its first MULTI took 398-495 µs, 177-187 µs with a spare, and
+// the next one 70-75 µs (medians of 300 clients, one loop,
+// docs/how-it-works.md). So
 // once an event loop has pinned a client it keeps one spare: a connection
 // to Redis dialed ahead and left untouched, in the state of a fresh
 // connection. The next client pinned on the loop takes it instead of
