@@ -12,23 +12,14 @@ import (
 )
 
 // dial connects session s's own upstream connection and enrolls it on
-// its loop (session.onUpstreamOpen takes it from there). Runs on its own
-// goroutine: never dial on a loop. At most DialsInFlight dials run at
-// once (srv.dials), so that their descriptors fit in what MaxClientsFor
-// reserves; a client that left while its dial waited its turn gets none
-// (a storm of clients connecting and closing at once would otherwise
+// its loop (session.onUpstreamOpen takes it from there), in its turn
+// (dialInTurn). A client that left while its dial waited its turn gets
+// none (a storm of clients connecting and closing at once would otherwise
 // queue dials, goroutines and memory without bound, and delay every new
 // client behind them). A failed dial closes the client (dialFailureReply).
 func (s *session) dial() {
-	srv := s.srv
-	srv.dials <- struct{}{}
-	if s.left.Load() || srv.draining.Load() {
-		<-srv.dials // gone, or the engine is stopping: its loop may not run the enrollment
-		return
-	}
-	err := enroll(srv, s.upLink, s.el.evl)
-	<-srv.dials
-	if err == nil {
+	dialed, err := dialInTurn(s.srv, s.upLink, s.el, true, s.left.Load)
+	if !dialed || err == nil {
 		return
 	}
 	// On the loop: the client may have shut down its side meanwhile (half.go).
@@ -38,6 +29,32 @@ func (s *session) dial() {
 	})) != nil {
 		_ = s.client.Close() // the engine is stopping
 	}
+}
+
+// dialInTurn dials Redis and enrolls the connection on event loop l with
+// gnet context ctx (enroll), as one of at most DialsInFlight dials at once
+// (srv.dials), so that their descriptors fit in what MaxClientsFor
+// reserves. It waits for a turn, or with wait false gives up at once when
+// none is free. It makes no dial (dialed false) without a turn, once the
+// engine is stopping (its loop may not run the enrollment), or when gone
+// (nil: never) reports, once the turn has come, that the dial is no
+// longer wanted; err is the dial's or the enrollment's. Runs on its
+// caller's own goroutine: never dial on a loop.
+func dialInTurn(srv *Server, ctx any, l *loopState, wait bool, gone func() bool) (dialed bool, err error) {
+	if wait {
+		srv.dials <- struct{}{}
+	} else {
+		select {
+		case srv.dials <- struct{}{}:
+		default:
+			return false, nil
+		}
+	}
+	defer func() { <-srv.dials }()
+	if srv.draining.Load() || (gone != nil && gone()) {
+		return false, nil
+	}
+	return true, enroll(srv, ctx, l.evl)
 }
 
 // dialFailed closes the client of session s, whose upstream connection
@@ -57,18 +74,11 @@ func (s *session) dialFailed(err error) {
 }
 
 // dial connects the lane and enrolls it on its loop (lane.onOpen takes it
-// from there), within the same bound as a session's dial; a failed dial
-// ends the lane (lane.fail) on the loop.
+// from there), in its turn (dialInTurn); a failed dial ends the lane
+// (lane.fail) on the loop.
 func (ln *lane) dial() {
-	srv := ln.srv
-	srv.dials <- struct{}{}
-	if srv.draining.Load() {
-		<-srv.dials // the engine is stopping: its loop may not run the enrollment
-		return
-	}
-	err := enroll(srv, ln, ln.l.evl)
-	<-srv.dials
-	if err == nil {
+	dialed, err := dialInTurn(ln.srv, ln, ln.l, true, nil)
+	if !dialed || err == nil {
 		return
 	}
 	// Fails only once the engine is stopping: nothing waits then.

@@ -397,7 +397,7 @@ func (srv *Server) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *spare:
 		v.onClose()
 	case *handover:
-		v.lost = true
+		v.onClose()
 	}
 	return gnet.None
 }

@@ -107,34 +107,25 @@ func (l *loopState) dialSpare(srv *Server) {
 	time.AfterFunc(spareAfter, func() { sp.dial(srv) })
 }
 
-// dial connects the spare and enrolls it on its loop (on its own
-// goroutine: never dial on a loop), within the bound on dials
-// (srv.dials). It takes no turn it would have to wait for: while clients'
-// dials use every one (a pool connecting at once), or when the dial
-// fails, the loop's place is freed for a spare dialed at its next pin.
+// dial connects the spare and enrolls it on its loop (dialInTurn) without
+// waiting for a turn: while clients' dials use every one (a pool
+// connecting at once), or when the dial fails, the loop's place is freed
+// for a spare dialed at its next pin.
 func (sp *spare) dial(srv *Server) {
-	select {
-	case srv.dials <- struct{}{}:
-	default:
-		sp.forget()
-		return
-	}
-	if srv.draining.Load() {
-		<-srv.dials // the engine is stopping: its loop may not run the enrollment
-		return
-	}
 	sp.gen = srv.ids.generation() // before the dial: a change during it makes the spare unfit
-	err := enroll(srv, sp, sp.l.evl)
-	<-srv.dials
-	if err == nil {
+	dialed, err := dialInTurn(srv, sp, sp.l, false, nil)
+	if dialed && err == nil {
 		return
 	}
-	srv.log.Debug("spare upstream dial failed", zap.Error(err))
+	if err != nil {
+		srv.log.Debug("spare upstream dial failed", zap.Error(err))
+	}
 	sp.forget()
 }
 
 // forget frees the loop's place of the spare whose dial was not made or
-// failed. From the dialing goroutine: on the loop through Execute.
+// failed. From the dialing goroutine: on the loop through Execute (which
+// fails once the engine is stopping: nothing dials a spare then).
 func (sp *spare) forget() {
 	_ = sp.l.evl.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 		if sp.l.spare == sp {
@@ -216,3 +207,6 @@ func (h *handover) onTraffic() gnet.Action {
 	h.lost = true
 	return gnet.Close
 }
+
+// onClose notes that Redis closed the spare before it was given.
+func (h *handover) onClose() { h.lost = true }
