@@ -112,9 +112,14 @@ func TestSpareNotPastHalfTimeout(t *testing.T) {
 	a, abr := readyConn(t, p.Addr)
 	defer a.Close()
 	expectReplies(t, a, abr, cmd("CONFIG", "SET", "timeout", "2"), "+OK\r\n")
+	// Cicada reads the timeout in its periodic check (once a second): a
+	// busy machine delayed it past the spare's half timeout in CI.
+	waitFor(t, func() bool { return p.Sub.IdleTimeout() == 2*time.Second })
 	pinnedID(t, p)
 	spareReady(t, p)
-	time.Sleep(1200 * time.Millisecond) // past half the timeout, before Redis closes the spare
+	// Past half the timeout by more than the coarse clock can lag, before
+	// Redis closes the spare (if it has, the client dials all the same).
+	time.Sleep(1500 * time.Millisecond)
 	mark := client(t, r.Addr, 2).ClientID(context.Background()).Val()
 	if id := pinnedID(t, p); id <= mark {
 		t.Errorf("the client's own connection is id %d, want one after %d: the spare was past half the timeout", id, mark)
