@@ -55,10 +55,12 @@
 // A human line, or with -json one object: scenario, addr, conns, pipeline,
 // target_rate, ops, duration_s, ops_per_sec, p50_us, p99_us, p999_us,
 // max_us, errors (error replies plus failed connections), late, missed,
-// service_p50_us, service_p99_us, cpu_s, cpu_s_per_1m_ops,
-// cpu_pct_of_one_core. Latencies are HDR histograms (hdrhistogram-go,
-// 1 ns to 10 s, 3 significant digits), one per connection, merged at the
-// end.
+// service_p50_us, service_p99_us, get_p50_us, get_p99_us, set_p50_us,
+// set_p99_us (GETs and SETs apart, when a round trip carries one request:
+// the open loop and -P 1; through Cicada, a GET may be a hit, a SET never
+// is), cpu_s, cpu_s_per_1m_ops, cpu_pct_of_one_core. Latencies are HDR
+// histograms (hdrhistogram-go, 1 ns to 10 s, 3 significant digits), one
+// per connection, merged at the end.
 //
 // # Cost of the generator
 //

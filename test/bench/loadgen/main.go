@@ -84,6 +84,9 @@ func human(r report.Run) string {
 	if r.Scenario == scenarioOpen {
 		svc = fmt.Sprintf(" (from send: p50 %.1fµs p99 %.1fµs)", r.SvcP50us, r.SvcP99us)
 	}
+	if r.GetP99us > 0 || r.SetP99us > 0 {
+		svc += fmt.Sprintf(" (GET p50 %.1fµs p99 %.1fµs, SET p50 %.1fµs p99 %.1fµs)", r.GetP50us, r.GetP99us, r.SetP50us, r.SetP99us)
+	}
 	return fmt.Sprintf("%s %s: %d ops in %.2fs = %.0f ops/s; latency p50 %.1fµs p99 %.1fµs p99.9 %.1fµs max %.1fµs%s; errors %d late %d missed %d; loadgen CPU %.2fs (%.2fs per 1M ops, %.0f%% of one core)",
 		mode, r.Addr, r.Ops, r.DurationS, r.OpsPerSec, r.P50us, r.P99us, r.P999us, r.MaxUs, svc,
 		r.Errors, r.Late, r.Missed, r.CPUs, r.CPUsPer1M, r.CPUPct)

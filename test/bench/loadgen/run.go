@@ -56,7 +56,10 @@ type worker struct {
 	cfg  *config
 	hist *hdrhistogram.Histogram // latency from intended start (closed: from send)
 	svc  *hdrhistogram.Histogram // open loop: latency from the actual send
-	pace *pacer                  // open loop: sleeps until intended times
+	// byKind splits hist by command, GET ([0]) and SET ([1]), for round
+	// trips of one request (the open loop, and the closed loop at -P 1).
+	byKind [2]*hdrhistogram.Histogram
+	pace   *pacer // open loop: sleeps until intended times
 
 	ops, errs, late, missed int64
 	ioErr                   error
@@ -97,23 +100,33 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 		svc:  hdrhistogram.New(1, int64(maxLatency), 3),
 		pace: pace,
 	}
+	for i := range w.byKind {
+		w.byKind[i] = hdrhistogram.New(1, int64(maxLatency), 3)
+	}
 	return w, nil
 }
 
+// Request kinds, the index of worker.byKind.
+const (
+	kindGET = iota
+	kindSET
+)
+
 // appendRequest appends one GET (probability GetRatio) or SET of a
-// Zipf-chosen key to w.out.
-func (w *worker) appendRequest() {
+// Zipf-chosen key to w.out and returns its kind.
+func (w *worker) appendRequest() int {
 	i := w.zipf.next() - 1
 	w.key = strconv.AppendInt(w.key[:4], int64(i), 10)
 	w.args[1] = w.key
 	if w.rng.Float64() < w.cfg.GetRatio {
 		w.args[0] = cmdGET
 		w.out = resp.AppendCommand(w.out, w.args[:2]...)
-		return
+		return kindGET
 	}
 	w.args[0] = cmdSET
 	w.args[2] = w.val
 	w.out = resp.AppendCommand(w.out, w.args[:3]...)
+	return kindSET
 }
 
 // roundTrip writes w.out and reads n replies, counting error replies.
@@ -145,8 +158,9 @@ func record(h *hdrhistogram.Histogram, d time.Duration, n int) {
 func (w *worker) closedStep() (time.Time, error) {
 	w.out = w.out[:0]
 	p := w.cfg.Pipeline
+	kind := 0
 	for range p {
-		w.appendRequest()
+		kind = w.appendRequest()
 	}
 	t0 := time.Now()
 	if err := w.roundTrip(p); err != nil {
@@ -154,6 +168,9 @@ func (w *worker) closedStep() (time.Time, error) {
 	}
 	now := time.Now()
 	record(w.hist, now.Sub(t0), p)
+	if p == 1 {
+		record(w.byKind[kind], now.Sub(t0), 1)
+	}
 	w.ops += int64(p)
 	return now, nil
 }
@@ -196,7 +213,7 @@ func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
 			w.late++
 		}
 		w.out = w.out[:0]
-		w.appendRequest()
+		kind := w.appendRequest()
 		sent := time.Now()
 		if err := w.roundTrip(1); err != nil {
 			w.ioErr = err
@@ -204,6 +221,7 @@ func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
 		}
 		done := time.Now()
 		record(w.hist, done.Sub(intended), 1)
+		record(w.byKind[kind], done.Sub(intended), 1)
 		record(w.svc, done.Sub(sent), 1)
 		w.ops++
 	}
@@ -266,10 +284,14 @@ func run(cfg config) (report.Run, error) {
 	}
 	h := hdrhistogram.New(1, int64(maxLatency), 3)
 	svc := hdrhistogram.New(1, int64(maxLatency), 3)
+	byKind := [2]*hdrhistogram.Histogram{hdrhistogram.New(1, int64(maxLatency), 3), hdrhistogram.New(1, int64(maxLatency), 3)}
 	var ioErrs []error
 	for _, w := range workers {
 		h.Merge(w.hist)
 		svc.Merge(w.svc)
+		for i, k := range w.byKind {
+			byKind[i].Merge(k)
+		}
 		res.Ops += w.ops
 		res.Errors += w.errs
 		res.Late += w.late
@@ -288,6 +310,12 @@ func run(cfg config) (report.Run, error) {
 	if cfg.Scenario == scenarioOpen {
 		res.SvcP50us = float64(svc.ValueAtQuantile(50)) / 1e3
 		res.SvcP99us = float64(svc.ValueAtQuantile(99)) / 1e3
+	}
+	if g := byKind[kindGET]; g.TotalCount() > 0 {
+		res.GetP50us, res.GetP99us = float64(g.ValueAtQuantile(50))/1e3, float64(g.ValueAtQuantile(99))/1e3
+	}
+	if s := byKind[kindSET]; s.TotalCount() > 0 {
+		res.SetP50us, res.SetP99us = float64(s.ValueAtQuantile(50))/1e3, float64(s.ValueAtQuantile(99))/1e3
 	}
 	res.CPUs = cpu.Seconds()
 	if res.Ops > 0 {

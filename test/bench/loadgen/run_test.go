@@ -43,6 +43,25 @@ func TestEndToEnd(t *testing.T) {
 		if res.CPUs <= 0 {
 			t.Errorf("cpu_s %v, want > 0", res.CPUs)
 		}
+		if res.GetP99us != 0 || res.SetP99us != 0 {
+			t.Errorf("GET p99 %v, SET p99 %v at -P 4: want none (a round trip mixes kinds)", res.GetP99us, res.SetP99us)
+		}
+	})
+
+	t.Run("closed-P1", func(t *testing.T) {
+		res, err := run(testConfig(srv.Addr, scenarioClosed))
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		// 90% GETs over 8 connections for 1 s: both kinds are sent.
+		for _, k := range []struct {
+			name     string
+			p50, p99 float64
+		}{{"GET", res.GetP50us, res.GetP99us}, {"SET", res.SetP50us, res.SetP99us}} {
+			if !(k.p50 > 0 && k.p50 <= k.p99 && k.p99 <= res.MaxUs) {
+				t.Errorf("%s p50 %v p99 %v (max %v), want 0 < p50 <= p99 <= max", k.name, k.p50, k.p99, res.MaxUs)
+			}
+		}
 	})
 
 	t.Run("open", func(t *testing.T) {

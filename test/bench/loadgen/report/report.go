@@ -25,8 +25,15 @@ type Run struct {
 	Missed     int64   `json:"missed"` // open loop: intended sends never made before the run ended
 	// Open loop: latency from the actual send, without the queueing
 	// and timer delay before it. The gap to P50us/P99us is the delay.
-	SvcP50us  float64 `json:"service_p50_us,omitempty"`
-	SvcP99us  float64 `json:"service_p99_us,omitempty"`
+	SvcP50us float64 `json:"service_p50_us,omitempty"`
+	SvcP99us float64 `json:"service_p99_us,omitempty"`
+	// Latency of GETs and of SETs apart, as P50us and P99us, when each
+	// round trip carries one request (the open loop, the closed loop at
+	// -P 1); zero otherwise, or when the run sent none of that kind.
+	GetP50us  float64 `json:"get_p50_us,omitempty"`
+	GetP99us  float64 `json:"get_p99_us,omitempty"`
+	SetP50us  float64 `json:"set_p50_us,omitempty"`
+	SetP99us  float64 `json:"set_p99_us,omitempty"`
 	CPUs      float64 `json:"cpu_s"`               // generator CPU, s
 	CPUsPer1M float64 `json:"cpu_s_per_1m_ops"`    // generator CPU per million ops, s
 	CPUPct    float64 `json:"cpu_pct_of_one_core"` // generator CPU / DurationS, % of one core
