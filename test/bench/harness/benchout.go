@@ -25,6 +25,11 @@ type benchResult struct {
 	// Missed is how many requests an open-loop run never sent (the
 	// target fell behind the rate; not in the latency histogram).
 	Missed int64 `json:",omitempty"`
+	// GetP50Ms ... SetP99Ms are the same latencies for GETs and SETs
+	// apart, in ms, where the load generator reports them (one request
+	// per round trip); 0 otherwise. Through Cicada a SET always waits for
+	// Redis, a GET may be a hit.
+	GetP50Ms, GetP99Ms, SetP50Ms, SetP99Ms float64 `json:",omitempty"`
 	// LoadCPUSeconds is the user+system CPU time of the load generator's
 	// process over its whole run (its rusage; set by runLoad, not parsed).
 	LoadCPUSeconds float64

@@ -48,7 +48,8 @@ func parseLoadgenJSON(out []byte) (benchResult, error) {
 		return benchResult{}, fmt.Errorf("loadgen output: %w", err)
 	}
 	res := benchResult{Requests: r.Ops, RPS: r.OpsPerSec, P50Ms: r.P50us / 1000, P99Ms: r.P99us / 1000,
-		P999Ms: r.P999us / 1000, MaxMs: r.MaxUs / 1000, Missed: r.Missed}
+		P999Ms: r.P999us / 1000, MaxMs: r.MaxUs / 1000, Missed: r.Missed,
+		GetP50Ms: r.GetP50us / 1000, GetP99Ms: r.GetP99us / 1000, SetP50Ms: r.SetP50us / 1000, SetP99Ms: r.SetP99us / 1000}
 	switch {
 	case r.Ops == 0:
 		return res, fmt.Errorf("loadgen: no request completed")

@@ -4,7 +4,8 @@ import "testing"
 
 // TestParseLoadgenJSON reads the load generator's -json line (as printed by
 // a closed-loop run against redis-server 7.0.15) and refuses runs with
-// errors or nothing done; missed requests are counted.
+// errors or nothing done; missed requests are counted, and GET and SET
+// latencies taken when the line has them.
 func TestParseLoadgenJSON(t *testing.T) {
 	line := `{"scenario":"closed","addr":"127.0.0.1:7801","conns":200,"pipeline":1,"ops":1395211,"duration_s":10.0002,"ops_per_sec":139518.3,"p50_us":1151,"p99_us":6531,"p999_us":13711,"max_us":40127,"errors":0,"late":0,"missed":0,"cpu_s":9.3,"cpu_s_per_1m_ops":6.66,"cpu_pct_of_one_core":93}` + "\n"
 	got, err := parseLoadgenJSON([]byte(line))
@@ -14,6 +15,10 @@ func TestParseLoadgenJSON(t *testing.T) {
 	want := benchResult{Requests: 1395211, RPS: 139518.3, P50Ms: 1.151, P99Ms: 6.531, P999Ms: 13.711, MaxMs: 40.127}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	kinds := `{"ops":10,"p50_us":2000,"get_p50_us":1500,"get_p99_us":9000,"set_p50_us":3500,"set_p99_us":12000}`
+	if got, err := parseLoadgenJSON([]byte(kinds)); err != nil || got.GetP50Ms != 1.5 || got.GetP99Ms != 9 || got.SetP50Ms != 3.5 || got.SetP99Ms != 12 {
+		t.Errorf("GET and SET apart: got %+v, %v; want GET 1.5/9 ms, SET 3.5/12 ms", got, err)
 	}
 	if got, err := parseLoadgenJSON([]byte(`{"ops":10,"missed":3}`)); err != nil || got.Missed != 3 {
 		t.Errorf("missed: got %+v, %v; want Missed 3", got, err)

@@ -268,8 +268,12 @@ func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "  round %d %-13s %10.0f ops/s  p50 %.3f  p99 %.3f  p99.9 %.3f ms\n",
-					r+1, t, smp.RPS, smp.P50Ms, smp.P99Ms, smp.P999Ms)
+				kinds := ""
+				if smp.GetP99Ms > 0 && smp.SetP99Ms > 0 {
+					kinds = fmt.Sprintf("  (GET p50 %.3f p99 %.3f, SET p50 %.3f p99 %.3f ms)", smp.GetP50Ms, smp.GetP99Ms, smp.SetP50Ms, smp.SetP99Ms)
+				}
+				fmt.Fprintf(os.Stderr, "  round %d %-13s %10.0f ops/s  p50 %.3f  p99 %.3f  p99.9 %.3f ms%s\n",
+					r+1, t, smp.RPS, smp.P50Ms, smp.P99Ms, smp.P999Ms, kinds)
 				rep.Samples = append(rep.Samples, smp)
 			}
 		}
