@@ -113,8 +113,9 @@ func NewAdmission(reads *Detector, now time.Time) *Admission {
 func (a *Admission) Reads() *Detector { return a.reads }
 
 // ObserveWrite counts one invalidation of the key whose hash (of db and
-// name, hotcache.Hash) is h: a keyspace notification. One goroutine at a
-// time (the notification watcher's).
+// name, hotcache.Hash) is h: a keyspace notification. One call at a time
+// (upstream.Config.Invalidated: under the notification connection's read
+// lock, on its reading goroutine or an event loop).
 func (a *Admission) ObserveWrite(h uint64) { a.writes.Observe(0, h) }
 
 // Advance moves both detectors' windows to now: [Detector.Advance] of the

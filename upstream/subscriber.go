@@ -117,8 +117,9 @@ type Config struct {
 	// key each keyspace notification names, after the cache has evicted
 	// it: one call per write, expiry or eviction Redis reports
 	// (detector.Admission.ObserveWrite counts them). Called on the
-	// goroutine reading the subscription, one call at a time; it must not
-	// block.
+	// goroutine reading the subscription or on an event loop that took
+	// the notification off the socket (Unapplied), one call at a time
+	// (under the connection's read lock); it must not block.
 	Invalidated func(keyHash uint64)
 }
 
@@ -227,8 +228,10 @@ func (s *Subscriber) Reconnects() uint64 { return s.reconnects.Load() }
 // 16 KiB holds about 250 notifications.
 //
 // It costs one recv(MSG_PEEK) system call (about 0.35 µs here) and, only
-// when something is queued, a scan of it. Safe from any goroutine; never
-// blocks.
+// when something is queued, a scan of it. Keyspace notifications at the
+// head of the queue are applied then and there (one read(2), and the
+// Invalidated calls), unless the goroutine reading the subscription holds
+// the connection at that moment. Safe from any goroutine; never blocks.
 func (s *Subscriber) Unapplied(dst []uint64, scratch []byte) (hashes []uint64, all bool) {
 	w := s.watch.Load()
 	if w == nil {

@@ -59,8 +59,9 @@ func queued(t *testing.T, w *watchedConn, n int) {
 }
 
 // TestUnappliedCases feeds exact bytes to a watchedConn and checks what
-// Unapplied reports in each state: a frame split at an element boundary, a
-// read in progress, closed, closed by the peer, an incomplete frame queued,
+// Unapplied reports in each state: a frame split at an element boundary,
+// notifications before and after a reply for go-redis, a read in
+// progress, the connection held by another event loop, closed, closed by the peer, an incomplete frame queued,
 // a reused descriptor after close, and a queue larger than the scratch.
 func TestUnappliedCases(t *testing.T) {
 	hB, hC := hotcache.Hash(0, []byte("kB")), hotcache.Hash(0, []byte("kC"))
@@ -82,12 +83,47 @@ func TestUnappliedCases(t *testing.T) {
 			t.Errorf("kB half read, half queued: Unapplied = %x (kC=%x), all=false; kB is neither applied nor named", h, hC)
 		}
 	})
+	t.Run("notifications at the head are applied, those behind a reply named", func(t *testing.T) {
+		w, srv, s := fakeWatched(t)
+		var seen []uint64
+		s.cfg.Invalidated = func(h uint64) { seen = append(seen, h) }
+		hA := hotcache.Hash(0, []byte("kA"))
+		pong := "+PONG\r\n"
+		head, rest := pmsg("0", "kA")+pmsg("0", "kB"), pong+pmsg("0", "kC")
+		srv.Write([]byte(head + rest))
+		queued(t, w, len(head+rest))
+		if h, all := w.unapplied(nil, scratch); all || !slices.Equal(h, []uint64{hC}) {
+			t.Fatalf("Unapplied = %x, %v; want [kC=%x], false", h, all, hC)
+		}
+		if !slices.Equal(seen, []uint64{hA, hB}) || s.Events() != 2 {
+			t.Fatalf("applied %x (%d events); want kA=%x, kB=%x", seen, s.Events(), hA, hB)
+		}
+		queued(t, w, len(rest)) // the reply and what follows it stay for go-redis
+		p := make([]byte, 256)
+		if n, err := w.readOnce(p); err != nil || string(p[:n]) != pong || s.Events() != 3 {
+			t.Fatalf("go-redis read %q, %v (%d events); want %q, kC applied", p[:n], err, s.Events(), pong)
+		}
+	})
 	t.Run("read in progress", func(t *testing.T) {
 		w, _, _ := fakeWatched(t)
+		w.mu.Lock() // as readOnce holds it
+		defer w.mu.Unlock()
 		w.inRead.Store(true)
 		if _, all := w.unapplied(nil, scratch); !all {
 			t.Error("inRead set: all=false")
 		}
+	})
+	t.Run("held by another event loop", func(t *testing.T) {
+		w, srv, _ := fakeWatched(t)
+		w.mu.Lock() // another loop's take, before its read
+		defer w.mu.Unlock()
+		b := pmsg("0", "kB")
+		srv.Write([]byte(b))
+		queued(t, w, len(b))
+		if h, all := w.unapplied(nil, scratch); all || !slices.Equal(h, []uint64{hB}) {
+			t.Errorf("Unapplied without the lock = %x, %v; want [kB=%x], false", h, all, hB)
+		}
+		queued(t, w, len(b)) // named, not taken
 	})
 	t.Run("closed", func(t *testing.T) {
 		w, _, _ := fakeWatched(t)
@@ -155,4 +191,82 @@ func TestUnappliedCases(t *testing.T) {
 			t.Error("more queued than the scratch holds, kC beyond it: kC not named, all=false")
 		}
 	})
+}
+
+// TestUnappliedTakesConcurrently streams notifications and other replies
+// while go-redis's reader and two event loops take bytes off the socket at
+// once: every notification must be applied once and in the stream's order,
+// and go-redis must get every other reply, whole and in order.
+func TestUnappliedTakesConcurrently(t *testing.T) {
+	w, srv, s := fakeWatched(t)
+	var seen []uint64 // under w.mu, as Invalidated is called
+	s.cfg.Invalidated = func(h uint64) { seen = append(seen, h) }
+	const frames = 5000
+	var stream, replies []byte
+	var want []uint64
+	for i := range frames {
+		if i%7 == 3 {
+			r := "+PONG " + itoa(i) + "\r\n"
+			stream, replies = append(stream, r...), append(replies, r...)
+			continue
+		}
+		k := "k" + itoa(i)
+		stream = append(stream, pmsg("0", k)...)
+		want = append(want, hotcache.Hash(0, []byte(k)))
+	}
+	go func() {
+		for b := stream; len(b) > 0; { // in uneven pieces, so frames split
+			n := min(len(b), 1+len(b)%997)
+			if _, err := srv.Write(b[:n]); err != nil {
+				return
+			}
+			b = b[n:]
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{}, 2)
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			scratch := make([]byte, 16<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					w.unapplied(nil, scratch)
+				}
+			}
+		}()
+	}
+	var got []byte
+	p := make([]byte, 512)
+	for len(got) < len(replies) {
+		n, err := w.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p[:n]...)
+	}
+	close(stop)
+	<-done
+	<-done
+	if string(got) != string(replies) {
+		t.Fatalf("go-redis got %d bytes of replies, not the %d sent in order", len(got), len(replies))
+	}
+	// The last notifications may be still to come after the last reply.
+	for {
+		w.mu.Lock()
+		n := len(seen)
+		w.mu.Unlock()
+		if n >= len(want) {
+			break
+		}
+		if _, err := w.readOnce(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("applied %d notifications; want the %d sent, once each, in order", len(seen), len(want))
+	}
 }
