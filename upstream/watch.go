@@ -217,12 +217,17 @@ func (w *watchedConn) apply(p []byte, n int) (kept int) {
 	return kept
 }
 
-// Close marks the connection closed, then closes it once no event loop
-// is reading it (mu): its descriptor may name another socket after.
+// Close marks the connection closed, waits until no event loop is taking
+// bytes off it (an event loop's take that began before sees closed once
+// it has mu; the descriptor may name another socket after the close),
+// then closes it. It does not hold mu while it closes: net's Close waits
+// for the descriptor's references to go, and go-redis's reader holds one
+// while it waits for mu (readOnce), which deadlocked shutdown (found by an
+// attack on the change: TestAttackCloseDeadlockReadLoop).
 func (w *watchedConn) Close() error {
 	w.closed.Store(true)
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mu.Unlock() // a barrier: the takes that began before have ended
 	return w.Conn.Close()
 }
 
@@ -255,10 +260,13 @@ func (w *watchedConn) unapplied(dst []uint64, scratch []byte) (hashes []uint64, 
 	if w.inRead.Load() || w.reads.Load() != r || w.closed.Load() {
 		return dst, true
 	}
+	if midReply {
+		return dst, true // a notification may be half read, its key unknown
+	}
 	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
 		return dst, false
 	}
-	if errno != 0 || n <= 0 || n == len(scratch) || midReply {
+	if errno != 0 || n <= 0 || n == len(scratch) {
 		return dst, true
 	}
 	var f frame
