@@ -835,27 +835,6 @@ func TestAttackConcurrentMixed(t *testing.T) {
 	}
 }
 
-// attackConnNoClose is fakeWatched without the Close in Cleanup (which
-// would hang the test binary if Close deadlocked).
-func attackConnNoClose(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cache, _ := hotcache.New(hotcache.Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 100, StrictHolds: true})
-	s := New(Config{}, cache)
-	acc := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); acc <- c }()
-	c, err := dialWatched(&net.Dialer{}, s)(t.Context(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := <-acc
-	t.Cleanup(func() { srv.Close() })
-	return c.(*watchedConn), srv, s
-}
-
 func stacksOf(substr ...string) string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
@@ -881,7 +860,7 @@ func stacksOf(substr ...string) string {
 // mu. Neither returned while Close held mu across net.Conn.Close; it now
 // only passes through mu.
 func TestAttackCloseDeadlockBehindTake(t *testing.T) {
-	w, srv, s := attackConnNoClose(t)
+	w, srv, s := dialFake(t)
 	inTake, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	s.cfg.Invalidated = func(uint64) { once.Do(func() { close(inTake); <-release }) }
@@ -931,7 +910,7 @@ func TestAttackCloseDeadlockReadLoop(t *testing.T) {
 			deadline := time.Now().Add(3 * time.Second)
 			tries := 0
 			for ; time.Now().Before(deadline); tries++ {
-				w, srv, _ := attackConnNoClose(t)
+				w, srv, _ := dialFake(t)
 				stopW := make(chan struct{})
 				go func() { // the notifications keep coming
 					b := []byte(strings.Repeat(pmsg("0", "k"), 20))
@@ -1007,7 +986,7 @@ func TestAttackCloseDeadlockReadLoop(t *testing.T) {
 // say all; nothing may hang or race.
 func TestAttackCloseVersusUnapplied(t *testing.T) {
 	for try := range 30 {
-		w, srv, _ := attackConnNoClose(t)
+		w, srv, _ := dialFake(t)
 		b := []byte(strings.Repeat(pmsg("0", "k"), 50))
 		srv.Write(b)
 		var closedRet atomic.Bool

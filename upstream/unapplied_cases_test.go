@@ -27,6 +27,14 @@ func appendInt(b []byte, n int) []byte {
 // fakeWatched returns a watchedConn dialled to a local server whose end is
 // returned, for tests that feed exact bytes.
 func fakeWatched(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
+	w, srv, s := dialFake(t)
+	t.Cleanup(func() { w.Close() })
+	return w, srv, s
+}
+
+// dialFake is fakeWatched without closing the watchedConn at the test's
+// end (the server's end is closed).
+func dialFake(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +49,7 @@ func fakeWatched(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
 		t.Fatal(err)
 	}
 	srv := <-acc
-	t.Cleanup(func() { c.Close(); srv.Close() })
+	t.Cleanup(func() { srv.Close() })
 	return c.(*watchedConn), srv, s
 }
 
