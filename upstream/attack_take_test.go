@@ -925,20 +925,7 @@ func TestAttackCloseDeadlockReadLoop(t *testing.T) {
 						}
 					}
 				}()
-				stopL := make(chan struct{})
-				for range loops {
-					go func() {
-						sc := make([]byte, 16<<10)
-						for {
-							select {
-							case <-stopL:
-								return
-							default:
-								w.unapplied(nil, sc)
-							}
-						}
-					}()
-				}
+				stopL := spinLoops(loops, func(sc []byte) { w.unapplied(nil, sc) })
 				readDone := make(chan error, 1)
 				go func() {
 					p := make([]byte, 512)
@@ -967,7 +954,7 @@ func TestAttackCloseDeadlockReadLoop(t *testing.T) {
 						break
 					}
 				}
-				close(stopL)
+				stopL()
 				close(stopW)
 				if hung {
 					t.Errorf("DEADLOCK on try %d: Close returned=%v, Read returned=%v\n%s",
@@ -991,26 +978,12 @@ func TestAttackCloseVersusUnapplied(t *testing.T) {
 		srv.Write(b)
 		var closedRet atomic.Bool
 		var bad atomic.Int64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sc := make([]byte, 16<<10)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					after := closedRet.Load()
-					if _, all := w.unapplied(nil, sc); after && !all {
-						bad.Add(1)
-					}
-				}
-			}()
-		}
+		stop := spinLoops(2, func(sc []byte) {
+			after := closedRet.Load()
+			if _, all := w.unapplied(nil, sc); after && !all {
+				bad.Add(1)
+			}
+		})
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 		done := make(chan struct{})
 		go func() { w.Close(); closedRet.Store(true); close(done) }()
@@ -1020,8 +993,7 @@ func TestAttackCloseVersusUnapplied(t *testing.T) {
 			t.Fatalf("try %d: Close hung\n%s", try, stacksOf("watchedConn"))
 		}
 		time.Sleep(time.Millisecond)
-		close(stop)
-		wg.Wait()
+		stop()
 		if bad.Load() > 0 {
 			t.Errorf("try %d: unapplied said all=false %d times after Close returned", try, bad.Load())
 		}
@@ -1057,23 +1029,7 @@ func TestAttackResetMidStream(t *testing.T) {
 			srv.(*net.TCPConn).SetLinger(0)
 			srv.Close()
 		}()
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sc := make([]byte, 16<<10)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						w.unapplied(nil, sc)
-					}
-				}
-			}()
-		}
+		stop := spinLoops(2, func(sc []byte) { w.unapplied(nil, sc) })
 		p := make([]byte, 100)
 		var err error
 		for err == nil {
@@ -1083,8 +1039,7 @@ func TestAttackResetMidStream(t *testing.T) {
 		if _, all := w.unapplied(nil, make([]byte, 16<<10)); !all {
 			t.Errorf("try %d: go-redis saw %v; unapplied all=false", try, err)
 		}
-		close(stop)
-		wg.Wait()
+		stop()
 		w.mu.Lock()
 		got := slices.Clone(log)
 		w.mu.Unlock()

@@ -3,6 +3,7 @@ package upstream
 import (
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,30 @@ func dialFake(t *testing.T) (*watchedConn, net.Conn, *Subscriber) {
 	srv := <-acc
 	t.Cleanup(func() { srv.Close() })
 	return c.(*watchedConn), srv, s
+}
+
+// spinLoops starts n goroutines that each run step in a tight loop with its
+// own 16 KiB scratch, as n event loops checking before their batches of
+// hits would. The returned stop ends them and waits for them.
+func spinLoops(n int, step func(scratch []byte)) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := make([]byte, 16<<10)
+			for {
+				select {
+				case <-quit:
+					return
+				default:
+					step(sc)
+				}
+			}
+		}()
+	}
+	return func() { close(quit); wg.Wait() }
 }
 
 // queued waits until the socket holds n bytes.
@@ -231,22 +256,7 @@ func TestUnappliedTakesConcurrently(t *testing.T) {
 			b = b[n:]
 		}
 	}()
-	stop := make(chan struct{})
-	done := make(chan struct{}, 2)
-	for range 2 {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			scratch := make([]byte, 16<<10)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					w.unapplied(nil, scratch)
-				}
-			}
-		}()
-	}
+	stop := spinLoops(2, func(sc []byte) { w.unapplied(nil, sc) })
 	var got []byte
 	p := make([]byte, 512)
 	for len(got) < len(replies) {
@@ -256,9 +266,7 @@ func TestUnappliedTakesConcurrently(t *testing.T) {
 		}
 		got = append(got, p[:n]...)
 	}
-	close(stop)
-	<-done
-	<-done
+	stop()
 	if string(got) != string(replies) {
 		t.Fatalf("go-redis got %d bytes of replies, not the %d sent in order", len(got), len(replies))
 	}
