@@ -18,15 +18,23 @@
 // not a server to expose), RESP3, and errors: a request that does not
 // start with '*' closes the connection.
 //
+// With -upstream it is instead the least a caching proxy must do: it
+// answers the GETs of the hottest keys itself and forwards everything else
+// to Redis (forward.go).
+//
 // Usage: bareserver -addr 127.0.0.1:7000 -loops 1
+//
+//	bareserver -addr 127.0.0.1:7000 -loops 2 -upstream 127.0.0.1:6379 -local-keys 35000 -value-bytes 100
 package main
 
 import (
 	"bytes"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -158,8 +166,23 @@ func number(b []byte, i int) (v, next int, ok bool) {
 func main() {
 	addr := flag.String("addr", "127.0.0.1:7000", "listen address (host:port)")
 	loops := flag.Int("loops", 1, "gnet event loops")
+	upstream := flag.String("upstream", "", "forward mode: Redis address (host:port); see forward.go")
+	localKeys := flag.Int("local-keys", 0, "forward mode: GETs of key:<i> with i below this are answered here")
+	flush := flag.String("flush", "tasks", "forward mode: when a busy lane writes, tasks (when the loop runs its queued tasks, as Cicada) or now")
+	valueBytes := flag.Int("value-bytes", valueBytes, "forward mode: the size of the value answered to a local GET")
 	flag.Parse()
-	err := gnet.Run(&server{}, "tcp://"+*addr,
+	var h gnet.EventHandler = &server{}
+	if *upstream != "" {
+		ua, err := net.ResolveTCPAddr("tcp", *upstream)
+		if err != nil || (*flush != "tasks" && *flush != "now") {
+			fmt.Fprintln(os.Stderr, "bareserver: bad -upstream or -flush:", *upstream, *flush, err)
+			os.Exit(2)
+		}
+		h = &forwarder{upstream: ua, localKeys: *localKeys, flushNow: *flush == "now",
+			value: []byte("$" + strconv.Itoa(*valueBytes) + "\r\n" + strings.Repeat("v", *valueBytes) + "\r\n"),
+			lanes: map[gnet.EventLoop]*fwdLane{}}
+	}
+	err := gnet.Run(h, "tcp://"+*addr,
 		gnet.WithNumEventLoop(*loops),
 		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay))

@@ -59,8 +59,12 @@ func parseLoadgenJSON(out []byte) (benchResult, error) {
 	return res, nil
 }
 
+// skewValueBytes is the size of the skew scenarios' values: the load
+// generator's -value-size default.
+const skewValueBytes = 100
+
 // prefillSkew writes the skew scenarios' key space (key:0 to key:999999,
-// 100-byte values) with the load generator.
+// skewValueBytes-byte values) with the load generator.
 func prefillSkew(bin string) func(addr string) error {
 	return func(addr string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -83,8 +87,10 @@ func goScenarios(c scenarioConfig) []scenario {
 		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
 		// Redis cannot use the second core; Cicada with two loops can.
 		// The bare server, answering every request itself, is the most
-		// any proxy could reach with this load generator on this machine.
-		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare},
+		// any proxy could reach with this load generator on this machine;
+		// bare-forward, answering Cicada's share of hits itself and
+		// forwarding the rest, the most a caching proxy could.
+		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare, targetBareFwd},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: defaultThreshold,

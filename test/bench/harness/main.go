@@ -14,11 +14,14 @@
 // and its detector turned off: the detector's cost is the gap to it),
 // cicada-2loops and bare-2loops (two event loops, for redis-benchmark
 // --threads 2), cicada-dedicated and cicada-2loops-dedicated
-// (--multiplex=false: an upstream connection per client), twemproxy, bare; with -loops-sweep N, a scenario's Cicada
-// targets are cicada-1loops ... cicada-Nloops instead, so that one run on
-// a machine with N cores measures how Cicada scales. Flow per scenario: start the Cicada and
-// bare servers it needs (a Cicada restarts when the scenario's
-// --hot-threshold differs), prefill Redis directly, warm up each target,
+// (--multiplex=false: an upstream connection per client), twemproxy, bare,
+// bare-forward (the bare server answering the hottest keys' GETs and
+// forwarding the rest to Redis: the floor under a caching proxy). With
+// -loops-sweep N, a scenario's Cicada targets are cicada-1loops ...
+// cicada-Nloops instead, so that one run on a machine with N cores
+// measures how Cicada scales. Flow per scenario: start the Cicada and bare
+// servers it needs (a Cicada restarts when the scenario's --hot-threshold
+// differs), prefill Redis directly, warm up each target,
 // then the rounds.
 //
 // Loopback figures: client, proxy and Redis share this machine's cores,
@@ -151,7 +154,20 @@ const (
 	// before lanes.
 	targetCicadaDed  = "cicada-dedicated"
 	targetCicada2Ded = "cicada-2loops-dedicated"
+	// targetBareFwd is the bare server's forward mode with two loops:
+	// it answers GETs of the bareLocalKeys hottest keys itself and
+	// forwards the rest to Redis on a lane per loop, batched as Cicada's
+	// lanes are (test/bench/bareserver/forward.go). It is the floor under
+	// a caching proxy that answers Cicada's share of scenario 4 itself.
+	targetBareFwd = "bare-forward"
 )
+
+// bareLocalKeys is how many of the skew scenarios' keys (key:0 to
+// key:<bareLocalKeys-1>, the hottest) bare-forward answers itself. Under
+// Zipf(0.99) over 1,000,000 keys they draw 75.5% of the GETs, so with 90%
+// GETs it answers 68% of requests; Cicada answered 66-70% of scenario 4's
+// requests from its cache in the runs of issue 18.
+const bareLocalKeys = 35000
 
 // defaultTargets are the targets of a scenario that names none.
 var defaultTargets = []string{targetRedis, targetCicada, targetTwem, targetBare}
@@ -370,6 +386,9 @@ func (s *servers) ensure(t string, threshold uint32) error {
 		return s.ensureBare(t, s.o.loops)
 	case targetBare2:
 		return s.ensureBare(t, 2)
+	case targetBareFwd:
+		return s.ensureBare(t, 2, "-upstream", s.redis.addr, "-local-keys", strconv.Itoa(bareLocalKeys),
+			"-value-bytes", strconv.Itoa(skewValueBytes))
 	}
 	if n, ok := sweepLoops(t); ok {
 		return s.ensureCicada(t, cicadaConfig{loops: n, threshold: threshold})
@@ -412,8 +431,9 @@ func sweepLoops(t string) (int, bool) {
 	return n, err == nil && n > 0
 }
 
-// ensureBare starts the bare server of target t with loops event loops.
-func (s *servers) ensureBare(t string, loops int) error {
+// ensureBare starts the bare server of target t with loops event loops and
+// the further flags args.
+func (s *servers) ensureBare(t string, loops int, args ...string) error {
 	if s.bare[t] != nil {
 		return nil
 	}
@@ -421,7 +441,8 @@ func (s *servers) ensureBare(t string, loops int) error {
 	if err != nil {
 		return err
 	}
-	p, err := start(t, addr, filepath.Join(s.o.workdir, t+".log"), s.o.bare, "-addr", addr, "-loops", strconv.Itoa(loops))
+	argv := append([]string{s.o.bare, "-addr", addr, "-loops", strconv.Itoa(loops)}, args...)
+	p, err := start(t, addr, filepath.Join(s.o.workdir, t+".log"), argv...)
 	if err != nil {
 		return err
 	}
@@ -477,6 +498,8 @@ func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample,
 		proxy, redis = c.proc, s.redis
 	case t == targetTwem:
 		proxy, redis = s.twem, s.redis
+	case t == targetBareFwd:
+		proxy, redis = s.bare[t], s.redis
 	default:
 		proxy = s.bare[t]
 	}
