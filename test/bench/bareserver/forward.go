@@ -144,26 +144,21 @@ func (f *forwarder) onClient(cl *fwdClient) gnet.Action {
 		return gnet.Close
 	}
 	var ln *fwdLane
-	used, sent := 0, 0
-	for {
-		n, isGet, ok := frame(in[used:])
-		if n < 0 {
-			return gnet.Close
-		}
-		if !ok {
-			break
-		}
-		if cl.owed == 0 && isGet && f.local(in[used:used+n]) {
+	sent := 0
+	used, ok := requests(in, func(req []byte, isGet bool) {
+		if cl.owed == 0 && isGet && f.local(req) {
 			cl.out = append(cl.out, f.value...)
-		} else {
-			if ln == nil {
-				ln = f.laneOf(cl.c.EventLoop())
-			}
-			ln.out = append(ln.out, in[used:used+n]...)
-			cl.owed++
-			sent++
+			return
 		}
-		used += n
+		if ln == nil {
+			ln = f.laneOf(cl.c.EventLoop())
+		}
+		ln.out = append(ln.out, req...)
+		cl.owed++
+		sent++
+	})
+	if !ok {
+		return gnet.Close
 	}
 	if len(cl.out) > 0 {
 		_, err = cl.c.Write(cl.out)

@@ -71,21 +71,15 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	outp := c.Context().(*[]byte)
 	out := (*outp)[:0]
-	used := 0
-	for {
-		n, isGet, ok := frame(in[used:])
-		if n < 0 {
-			return gnet.Close
-		}
-		if !ok {
-			break
-		}
-		used += n
+	used, ok := requests(in, func(_ []byte, isGet bool) {
 		if isGet {
 			out = append(out, bulkReply...)
 		} else {
 			out = append(out, okReply...)
 		}
+	})
+	if !ok {
+		return gnet.Close
 	}
 	if _, err := c.Discard(used); err != nil {
 		return gnet.Close
@@ -97,6 +91,24 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 	}
 	return gnet.None
+}
+
+// requests calls each for every complete request at the start of in, with
+// the request's bytes and whether it is a GET or HGET. It returns the bytes
+// those requests take, and false if in holds something that is not a RESP
+// array request.
+func requests(in []byte, each func(req []byte, isGet bool)) (used int, ok bool) {
+	for {
+		n, isGet, whole := frame(in[used:])
+		if n < 0 {
+			return used, false
+		}
+		if !whole {
+			return used, true
+		}
+		each(in[used:used+n], isGet)
+		used += n
+	}
 }
 
 // frame reads one RESP array request at the start of b. It returns the
