@@ -88,16 +88,18 @@ func goScenarios(c scenarioConfig) []scenario {
 		// Redis cannot use the second core; Cicada with two loops can.
 		// The bare server, answering every request itself, is the most
 		// any proxy could reach with this load generator on this machine;
-		// bare-forward, answering Cicada's share of hits itself and
+		// bare-forward-2loops, answering Cicada's share of hits itself and
 		// forwarding the rest, the most a caching proxy could.
-		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare, targetBareFwd},
+		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare, targetBareFwd2},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
 		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
 			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
-		Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetTwem},
+		// bare-forward: the least latency a caching proxy with Cicada's
+		// loops could add on this machine.
+		Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetTwem, targetBareFwd},
 	}, {
 		// Application fleets hold thousands of connections; Redis's cost
 		// per connection (reads, writes, client buffers) shows here.

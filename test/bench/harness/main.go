@@ -15,8 +15,9 @@
 // cicada-2loops and bare-2loops (two event loops, for redis-benchmark
 // --threads 2), cicada-dedicated and cicada-2loops-dedicated
 // (--multiplex=false: an upstream connection per client), twemproxy, bare,
-// bare-forward (the bare server answering the hottest keys' GETs and
-// forwarding the rest to Redis: the floor under a caching proxy). With
+// bare-forward and bare-forward-2loops (the bare server answering the
+// hottest keys' GETs and forwarding the rest to Redis: the floor under a
+// caching proxy, with -loops or two event loops). With
 // -loops-sweep N, a scenario's Cicada targets are cicada-1loops ...
 // cicada-Nloops instead, so that one run on a machine with N cores
 // measures how Cicada scales. Flow per scenario: start the Cicada and bare
@@ -154,12 +155,14 @@ const (
 	// before lanes.
 	targetCicadaDed  = "cicada-dedicated"
 	targetCicada2Ded = "cicada-2loops-dedicated"
-	// targetBareFwd is the bare server's forward mode with two loops:
-	// it answers GETs of the bareLocalKeys hottest keys itself and
+	// targetBareFwd is the bare server's forward mode with -loops event
+	// loops: it answers GETs of the bareLocalKeys hottest keys itself and
 	// forwards the rest to Redis on a lane per loop, batched as Cicada's
 	// lanes are (test/bench/bareserver/forward.go). It is the floor under
-	// a caching proxy that answers Cicada's share of scenario 4 itself.
-	targetBareFwd = "bare-forward"
+	// a caching proxy that answers Cicada's share of the skew scenarios
+	// itself. targetBareFwd2 is the same with two loops.
+	targetBareFwd  = "bare-forward"
+	targetBareFwd2 = "bare-forward-2loops"
 )
 
 // bareLocalKeys is how many of the skew scenarios' keys (key:0 to
@@ -387,8 +390,9 @@ func (s *servers) ensure(t string, threshold uint32) error {
 	case targetBare2:
 		return s.ensureBare(t, 2)
 	case targetBareFwd:
-		return s.ensureBare(t, 2, "-upstream", s.redis.addr, "-local-keys", strconv.Itoa(bareLocalKeys),
-			"-value-bytes", strconv.Itoa(skewValueBytes))
+		return s.ensureBareFwd(t, s.o.loops)
+	case targetBareFwd2:
+		return s.ensureBareFwd(t, 2)
 	}
 	if n, ok := sweepLoops(t); ok {
 		return s.ensureCicada(t, cicadaConfig{loops: n, threshold: threshold})
@@ -450,6 +454,13 @@ func (s *servers) ensureBare(t string, loops int, args ...string) error {
 	return p.waitGET(hotKey)
 }
 
+// ensureBareFwd starts bare-forward target t with loops event loops,
+// forwarding to the harness's Redis.
+func (s *servers) ensureBareFwd(t string, loops int) error {
+	return s.ensureBare(t, loops, "-upstream", s.redis.addr, "-local-keys", strconv.Itoa(bareLocalKeys),
+		"-value-bytes", strconv.Itoa(skewValueBytes))
+}
+
 // ensureCicada runs Cicada target t with configuration cfg, restarting it
 // if it runs with another.
 func (s *servers) ensureCicada(t string, cfg cicadaConfig) error {
@@ -498,7 +509,7 @@ func (s *servers) measure(sc scenario, t string, round int, tick int64) (sample,
 		proxy, redis = c.proc, s.redis
 	case t == targetTwem:
 		proxy, redis = s.twem, s.redis
-	case t == targetBareFwd:
+	case t == targetBareFwd || t == targetBareFwd2:
 		proxy, redis = s.bare[t], s.redis
 	default:
 		proxy = s.bare[t]
