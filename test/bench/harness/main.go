@@ -41,6 +41,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -267,6 +268,7 @@ func run(o options) error {
 func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error {
 	for _, sc := range chosen {
 		targets := sc.targets()
+		s.stopCicadasBut(targets)
 		for _, t := range targets {
 			if err := s.ensure(t, sc.HotThreshold); err != nil {
 				return err
@@ -459,6 +461,22 @@ func (s *servers) ensureBare(t string, loops int, args ...string) error {
 func (s *servers) ensureBareFwd(t string, loops int) error {
 	return s.ensureBare(t, loops, "-upstream", s.redis.addr, "-local-keys", strconv.Itoa(bareLocalKeys),
 		"-value-bytes", strconv.Itoa(skewValueBytes))
+}
+
+// stopCicadasBut stops every running Cicada that is not one of targets.
+// Each Cicada subscribes to Redis's keyspace notifications, so an idle
+// one left from an earlier scenario would cost Redis a notification per
+// write and wake itself for each, in every target's rounds: with five
+// idle Cicadas, Redis alone served scenario 4's load 20% slower
+// (docs/performance.md). The Cicadas of one scenario still see each
+// other's writes.
+func (s *servers) stopCicadasBut(targets []string) {
+	for t, c := range s.cicada {
+		if !slices.Contains(targets, t) {
+			c.stop()
+			delete(s.cicada, t)
+		}
+	}
 }
 
 // ensureCicada runs Cicada target t with configuration cfg, restarting it
