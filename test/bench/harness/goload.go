@@ -89,8 +89,11 @@ func goScenarios(c scenarioConfig) []scenario {
 		// The bare server, answering every request itself, is the most
 		// any proxy could reach with this load generator on this machine;
 		// bare-forward-2loops, answering Cicada's share of hits itself and
-		// forwarding the rest, the most a caching proxy could.
-		Targets: []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem, targetBare, targetBareFwd2},
+		// forwarding the rest, the most a caching proxy could. Cicada
+		// with one loop (the harness's -loops) too: on two cores shared
+		// with Redis and the load generator, whether a second loop pays
+		// for the CPU it adds per request.
+		Targets: []string{targetRedis, targetCicada2, targetCicada, targetCicada2Ded, targetTwem, targetBare, targetBareFwd2},
 	}, {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: defaultThreshold,

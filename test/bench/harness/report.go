@@ -167,16 +167,15 @@ func printTable(w io.Writer, r report) {
 				ratio(m.rps, base.rps), ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.redisCPU, base.redisCPU), ratio(m.total(), base.total()),
 				pct(m.hitRatio), num(m.clientMB, 1), ratio(m.clientMB, base.clientMB))
 		}
-		ct := targetCicada
-		if len(g[ct]) == 0 {
-			ct = targetCicada2
+		tw2 := summarize(g[targetTwem])
+		for _, ct := range []string{targetCicada, targetCicada2} {
+			if c := summarize(g[ct]); c.n > 0 && tw2.n > 0 {
+				vsTwem = append(vsTwem, fmt.Sprintf("%-20s %-13s ops/s ×%s  p50 ×%s  p99 ×%s  p99.9 ×%s  CPU total ×%s  proxy CPU ×%s",
+					name, ct, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
+					ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
+			}
 		}
-		c, tw2 := summarize(g[ct]), summarize(g[targetTwem])
-		if c.n > 0 && tw2.n > 0 {
-			vsTwem = append(vsTwem, fmt.Sprintf("%-20s %-13s ops/s ×%s  p50 ×%s  p99 ×%s  p99.9 ×%s  CPU total ×%s  proxy CPU ×%s",
-				name, ct, ratio(c.rps, tw2.rps), ratio(c.p50, tw2.p50), ratio(c.p99, tw2.p99), ratio(c.p999, tw2.p999),
-				ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
-		}
+		c := summarize(g[targetCicada])
 		if off := summarize(g[targetCicadaOff]); c.n > 0 && off.n > 0 {
 			vsOff = append(vsOff, fmt.Sprintf("%-20s ops/s ×%s  p50 ×%s  p99 ×%s  proxy CPU ×%s",
 				name, ratio(c.rps, off.rps), ratio(c.p50, off.p50), ratio(c.p99, off.p99), ratio(c.proxyCPU, off.proxyCPU)))
