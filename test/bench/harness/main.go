@@ -20,7 +20,11 @@
 // caching proxy, with -loops or two event loops). With
 // -loops-sweep N, a scenario's Cicada targets are cicada-1loops ...
 // cicada-Nloops instead, so that one run on a machine with N cores
-// measures how Cicada scales. Flow per scenario: start the Cicada and bare
+// measures how Cicada scales. With -cicada-b PATH, each Cicada target T
+// gets a twin T+b right after it in every round, the binary at PATH with
+// T's settings, and the report adds their paired differences: an
+// old/new comparison of two builds alternating in one run. -targets keeps
+// only the targets it matches. Flow per scenario: start the Cicada and bare
 // servers it needs (a Cicada restarts when the scenario's --hot-threshold
 // differs), prefill Redis directly, warm up each target,
 // then the rounds.
@@ -32,6 +36,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -56,6 +61,8 @@ type options struct {
 	loops       int
 	loopsSweep  int
 	cicada      string
+	cicadaB     string         // second Cicada binary ("": none), targets T+b
+	targets     *regexp.Regexp // targets to run (all when it matches all)
 	bare        string
 	nutcracker  string
 	redisServer string
@@ -81,6 +88,9 @@ func main() {
 	flag.IntVar(&o.loops, "loops", 1, "Cicada's --loops and the bare server's -loops (1: the single-core comparison with Redis and twemproxy)")
 	flag.IntVar(&o.loopsSweep, "loops-sweep", 0, "if N > 0, run each scenario's Cicada targets as cicada-1loops ... cicada-Nloops (N up to the machine's cores)")
 	flag.StringVar(&o.cicada, "cicada", "bin/cicada", "Cicada binary")
+	flag.StringVar(&o.cicadaB, "cicada-b", "", "a second Cicada binary: each Cicada target T gets a twin T+b run with it, alternating, and the report gives their paired differences (old/new builds)")
+	var targets string
+	flag.StringVar(&targets, "targets", "", "run only the targets whose name matches this regexp (e.g. '^(redis|cicada-2loops(\\+b)?)\\z': \\z, not $, which make would eat in BENCH_ARGS)")
 	flag.StringVar(&o.bare, "bare", "bin/bareserver", "bare gnet server binary (test/bench/bareserver)")
 	flag.StringVar(&o.nutcracker, "nutcracker", "nutcracker", "twemproxy binary")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
@@ -100,6 +110,9 @@ func main() {
 	}
 	var err error
 	if o.only, err = regexp.Compile(only); err != nil {
+		fatal(err)
+	}
+	if o.targets, err = regexp.Compile(targets); err != nil {
 		fatal(err)
 	}
 	if o.rounds < 1 || o.np1 < 1 || o.np16 < 1 || o.clients < 1 || o.loops < 1 || o.loopsSweep < 0 {
@@ -182,6 +195,7 @@ type cicadaConfig struct {
 	threshold uint32 // --hot-threshold
 	cacheOff  bool   // --cache-enabled=false
 	dedicated bool   // --multiplex=false
+	bin       string // the binary; "" = -cicada
 }
 
 // servers are the processes of one run of the harness. Redis and
@@ -212,6 +226,10 @@ func run(o options) error {
 		if o.only.MatchString(sc.Name) {
 			if o.loopsSweep > 0 {
 				sc.Targets = sweepTargets(sc.Targets, o.loopsSweep)
+			}
+			sc.Targets = o.pickTargets(sc.targets())
+			if len(sc.Targets) == 0 {
+				return fmt.Errorf("harness: %s: no target matches -targets %q", sc.Name, o.targets)
 			}
 			chosen = append(chosen, sc)
 		}
@@ -284,7 +302,7 @@ func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error
 			}
 		}
 		for r := 0; r < s.o.rounds; r++ {
-			for _, t := range targets {
+			for _, t := range roundOrder(targets, r) {
 				smp, err := s.measure(sc, t, r, tick)
 				if err != nil {
 					return err
@@ -319,7 +337,7 @@ func (s *servers) addr(t string) string {
 // twemproxy.
 func (s *servers) startFixed() error {
 	o := s.o
-	for _, bin := range []string{o.cicada, o.bare, o.nutcracker, o.redisServer, o.bench} {
+	for _, bin := range []string{o.cicada, cmp.Or(o.cicadaB, o.cicada), o.bare, o.nutcracker, o.redisServer, o.bench} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("harness: %w (`make bench` installs and builds what is missing)", err)
 		}
@@ -373,20 +391,12 @@ func (s *servers) startFixed() error {
 }
 
 // ensure starts target t's process if it is a Cicada or a bare server not
-// running yet, and restarts a Cicada running with another --hot-threshold
-// than threshold.
+// running yet, and restarts a Cicada running with other settings.
 func (s *servers) ensure(t string, threshold uint32) error {
+	if cfg, ok := s.o.cicadaFor(t, threshold); ok {
+		return s.ensureCicada(t, cfg)
+	}
 	switch t {
-	case targetCicada:
-		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold})
-	case targetCicadaOff:
-		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold, cacheOff: true})
-	case targetCicada2:
-		return s.ensureCicada(t, cicadaConfig{loops: 2, threshold: threshold})
-	case targetCicadaDed:
-		return s.ensureCicada(t, cicadaConfig{loops: s.o.loops, threshold: threshold, dedicated: true})
-	case targetCicada2Ded:
-		return s.ensureCicada(t, cicadaConfig{loops: 2, threshold: threshold, dedicated: true})
 	case targetBare:
 		return s.ensureBare(t, s.o.loops)
 	case targetBare2:
@@ -396,10 +406,71 @@ func (s *servers) ensure(t string, threshold uint32) error {
 	case targetBareFwd2:
 		return s.ensureBareFwd(t, 2)
 	}
-	if n, ok := sweepLoops(t); ok {
-		return s.ensureCicada(t, cicadaConfig{loops: n, threshold: threshold})
-	}
 	return nil
+}
+
+// cicadaFor returns the settings of target t in a scenario run at
+// --hot-threshold threshold, and whether t is a Cicada target at all. A
+// twin (T+b) has T's settings and the -cicada-b binary.
+func (o options) cicadaFor(t string, threshold uint32) (cicadaConfig, bool) {
+	if base, ok := strings.CutSuffix(t, twinSuffix); ok {
+		cfg, ok := o.cicadaFor(base, threshold)
+		cfg.bin = o.cicadaB
+		return cfg, ok
+	}
+	cfg := cicadaConfig{loops: o.loops, threshold: threshold}
+	switch t {
+	case targetCicada:
+	case targetCicadaOff:
+		cfg.cacheOff = true
+	case targetCicada2:
+		cfg.loops = 2
+	case targetCicadaDed:
+		cfg.dedicated = true
+	case targetCicada2Ded:
+		cfg.loops, cfg.dedicated = 2, true
+	default:
+		n, ok := sweepLoops(t)
+		if !ok {
+			return cicadaConfig{}, false
+		}
+		cfg.loops = n
+	}
+	return cfg, true
+}
+
+// roundOrder is the order of targets in round r (0-based): as listed, but
+// in odd rounds each twin runs before its target, so that neither build
+// of a pair always runs first (ABBA).
+func roundOrder(targets []string, r int) []string {
+	if r%2 == 0 {
+		return targets
+	}
+	out := slices.Clone(targets)
+	for i := 0; i+1 < len(out); i++ {
+		if out[i+1] == out[i]+twinSuffix {
+			out[i], out[i+1] = out[i+1], out[i]
+			i++
+		}
+	}
+	return out
+}
+
+// twinSuffix marks the target that runs -cicada-b with the settings of
+// the target named without it.
+const twinSuffix = "+b"
+
+// pickTargets adds, with -cicada-b, the twin T+b after each Cicada target
+// T of ts, then keeps the targets -targets matches.
+func (o options) pickTargets(ts []string) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t)
+		if _, ok := o.cicadaFor(t, 0); ok && o.cicadaB != "" {
+			out = append(out, t+twinSuffix)
+		}
+	}
+	return slices.DeleteFunc(out, func(t string) bool { return !o.targets.MatchString(t) })
 }
 
 // sweepTargets replaces the Cicada targets among ts (cicada,
@@ -497,8 +568,9 @@ func (s *servers) ensureCicada(t string, cfg cicadaConfig) error {
 	if err != nil {
 		return err
 	}
+	bin := cmp.Or(cfg.bin, s.o.cicada)
 	p, err := start(t, caddr, filepath.Join(s.o.workdir, t+".log"),
-		s.o.cicada, "--listen", caddr, "--admin", admin, "--local-admin", "", "--upstream", s.redis.addr,
+		bin, "--listen", caddr, "--admin", admin, "--local-admin", "", "--upstream", s.redis.addr,
 		"--hot-threshold", strconv.FormatUint(uint64(cfg.threshold), 10), "--log-level", "warn",
 		"--loops", strconv.Itoa(cfg.loops), "--cache-enabled="+strconv.FormatBool(!cfg.cacheOff),
 		"--multiplex="+strconv.FormatBool(!cfg.dedicated))

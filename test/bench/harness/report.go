@@ -155,7 +155,7 @@ func printTable(w io.Writer, r report) {
 		}
 		groups[s.Scenario][s.Target] = append(groups[s.Scenario][s.Target], s)
 	}
-	var vsTwem, vsOff []string
+	var vsTwem, vsOff, vsB []string
 	for _, name := range order {
 		g := groups[name]
 		base := summarize(g[targetRedis])
@@ -175,6 +175,11 @@ func printTable(w io.Writer, r report) {
 					ratio(c.total(), tw2.total()), ratio(c.proxyCPU, tw2.proxyCPU)))
 			}
 		}
+		for _, t := range targets[name] {
+			if twin := g[t+twinSuffix]; len(twin) > 0 {
+				vsB = append(vsB, fmt.Sprintf("%-20s %-13s %s", name, t, pairedDiffs(g[t], twin)))
+			}
+		}
 		c := summarize(g[targetCicada])
 		if off := summarize(g[targetCicadaOff]); c.n > 0 && off.n > 0 {
 			vsOff = append(vsOff, fmt.Sprintf("%-20s ops/s ×%s  p50 ×%s  p99 ×%s  proxy CPU ×%s",
@@ -190,6 +195,10 @@ func printTable(w io.Writer, r report) {
 		fmt.Fprintln(w, "\nCicada ÷ Cicada with the cache off (cicada-off: no detection, no lookup; the detector's cost):")
 		fmt.Fprintln(w, strings.Join(vsOff, "\n"))
 	}
+	if len(vsB) > 0 {
+		fmt.Fprintln(w, "\nT+b − T (-cicada-b's binary minus -cicada's, same settings; mean ± standard error of the differences of the runs paired by round):")
+		fmt.Fprintln(w, strings.Join(vsB, "\n"))
+	}
 	var missed, missedRuns int64
 	for _, s := range r.Samples {
 		if s.Missed > 0 {
@@ -201,6 +210,54 @@ func printTable(w io.Writer, r report) {
 		fmt.Fprintf(w, "\nRequests never sent: %d, in %d open-loop runs (the target or the machine fell behind the rate; their latency is not in the histograms).\n", missed, missedRuns)
 	}
 	fmt.Fprintf(w, "\n%d runs in %s.\n", len(r.Samples), r.Finished.Sub(r.Started).Round(time.Second))
+}
+
+// pairedDiffs formats the mean and standard error of b − a over the rounds
+// both ran, for ops/s, p99, the proxy's and Redis's CPU per request: two
+// builds run alternately in one run differ by these, the machine's drift
+// between rounds cancelled.
+func pairedDiffs(a, b []sample) string {
+	byRound := map[int]sample{}
+	for _, s := range a {
+		byRound[s.Round] = s
+	}
+	var d [4][]float64
+	for _, sb := range b {
+		sa, ok := byRound[sb.Round]
+		if !ok || sa.ProxyCPUus == nil || sb.ProxyCPUus == nil || sa.RedisCPUus == nil || sb.RedisCPUus == nil {
+			continue
+		}
+		d[0] = append(d[0], sb.RPS-sa.RPS)
+		d[1] = append(d[1], sb.P99Ms-sa.P99Ms)
+		d[2] = append(d[2], *sb.ProxyCPUus-*sa.ProxyCPUus)
+		d[3] = append(d[3], *sb.RedisCPUus-*sa.RedisCPUus)
+	}
+	if len(d[0]) == 0 {
+		return "no paired rounds"
+	}
+	f := func(xs []float64, prec int) string {
+		m, se := meanSE(xs)
+		return fmt.Sprintf("%+.*f ± %.*f", prec, m, prec, se)
+	}
+	return fmt.Sprintf("ops/s %s  p99 ms %s  proxy µs/req %s  redis µs/req %s  (%d pairs)",
+		f(d[0], 0), f(d[1], 3), f(d[2], 2), f(d[3], 2), len(d[0]))
+}
+
+// meanSE returns the mean of xs and its standard error (the sample
+// standard deviation over √n; NaN for fewer than two).
+func meanSE(xs []float64) (mean, se float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, math.NaN()
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
 }
 
 func num(v float64, prec int) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -112,5 +113,75 @@ func TestSweepTargets(t *testing.T) {
 		if n, ok := sweepLoops(c.t); n != c.n || ok != c.ok {
 			t.Errorf("sweepLoops(%q) = %d, %v; want %d, %v", c.t, n, ok, c.n, c.ok)
 		}
+	}
+}
+
+// TestPickTargets: -cicada-b puts a twin right after each Cicada target
+// (sweep targets included, not twemproxy or the bare servers), the twin
+// takes its target's settings and the second binary, and -targets keeps
+// what it matches.
+func TestPickTargets(t *testing.T) {
+	o := options{loops: 1, cicada: "bin/cicada", cicadaB: "/tmp/new", targets: regexp.MustCompile("")}
+	ts := []string{targetRedis, targetCicada, targetTwem, targetCicada2Ded, "cicada-3loops", targetBareFwd2}
+	want := []string{targetRedis, targetCicada, "cicada+b", targetTwem, targetCicada2Ded, "cicada-2loops-dedicated+b",
+		"cicada-3loops", "cicada-3loops+b", targetBareFwd2}
+	if got := o.pickTargets(ts); !slices.Equal(got, want) {
+		t.Errorf("pickTargets: got %v, want %v", got, want)
+	}
+	cfg, ok := o.cicadaFor("cicada-2loops-dedicated+b", 7)
+	if want := (cicadaConfig{loops: 2, threshold: 7, dedicated: true, bin: "/tmp/new"}); !ok || cfg != want {
+		t.Errorf("cicadaFor(twin) = %+v, %v; want %+v, true", cfg, ok, want)
+	}
+	if cfg, ok := o.cicadaFor(targetCicada2Ded, 7); !ok || cfg.bin != "" {
+		t.Errorf("cicadaFor(%s) = %+v, %v; want the default binary", targetCicada2Ded, cfg, ok)
+	}
+	if _, ok := o.cicadaFor("twemproxy+b", 1); ok {
+		t.Error("cicadaFor(twemproxy+b): a twin of a target that is not a Cicada")
+	}
+	o.targets = regexp.MustCompile(`^(redis|cicada-2loops-dedicated)`)
+	want = []string{targetRedis, targetCicada2Ded, "cicada-2loops-dedicated+b"}
+	if got := o.pickTargets(ts); !slices.Equal(got, want) {
+		t.Errorf("pickTargets with -targets: got %v, want %v", got, want)
+	}
+	o.cicadaB = ""
+	want = []string{targetRedis, targetCicada2Ded}
+	if got := o.pickTargets(ts); !slices.Equal(got, want) {
+		t.Errorf("pickTargets without -cicada-b: got %v, want %v", got, want)
+	}
+}
+
+// TestPairedDiffs: the differences pair runs by round, and rounds one
+// side lacks are left out.
+func TestPairedDiffs(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	smp := func(round int, rps, p99, proxy, redis float64) sample {
+		s := sample{Round: round, ProxyCPUus: f(proxy), RedisCPUus: f(redis)}
+		s.RPS, s.P99Ms = rps, p99
+		return s
+	}
+	a := []sample{smp(1, 100, 1.0, 10, 2), smp(2, 90, 1.2, 12, 2.2), smp(3, 80, 1, 1, 1)}
+	b := []sample{smp(1, 110, 0.9, 9, 2), smp(2, 94, 1.0, 11, 2.0)}
+	want := "ops/s +7 ± 3  p99 ms -0.150 ± 0.050  proxy µs/req -1.00 ± 0.00  redis µs/req -0.10 ± 0.10  (2 pairs)"
+	if got := pairedDiffs(a, b); got != want {
+		t.Errorf("pairedDiffs:\ngot  %s\nwant %s", got, want)
+	}
+	if got := pairedDiffs(a, nil); got != "no paired rounds" {
+		t.Errorf("pairedDiffs with no twin runs: %q", got)
+	}
+}
+
+// TestRoundOrder: a twin runs after its target in even rounds and before
+// it in odd ones; the other targets keep their places.
+func TestRoundOrder(t *testing.T) {
+	ts := []string{targetRedis, targetCicada, "cicada+b", targetTwem, targetCicada2, "cicada-2loops+b"}
+	if got := roundOrder(ts, 2); !slices.Equal(got, ts) {
+		t.Errorf("round 2: got %v, want %v", got, ts)
+	}
+	want := []string{targetRedis, "cicada+b", targetCicada, targetTwem, "cicada-2loops+b", targetCicada2}
+	if got := roundOrder(ts, 1); !slices.Equal(got, want) {
+		t.Errorf("round 1: got %v, want %v", got, want)
+	}
+	if !slices.Equal(ts, []string{targetRedis, targetCicada, "cicada+b", targetTwem, targetCicada2, "cicada-2loops+b"}) {
+		t.Errorf("roundOrder changed its argument: %v", ts)
 	}
 }
