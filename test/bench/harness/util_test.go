@@ -170,8 +170,9 @@ func TestPairedDiffs(t *testing.T) {
 	}
 }
 
-// TestRoundOrder: a twin runs after its target in even rounds and before
-// it in odd ones; the other targets keep their places.
+// TestRoundOrder: a twin runs after its target in even rounds (0-based,
+// as roundOrder counts; the harness prints them from 1) and before it in
+// odd ones; the other targets keep their places.
 func TestRoundOrder(t *testing.T) {
 	ts := []string{targetRedis, targetCicada, "cicada+b", targetTwem, targetCicada2, "cicada-2loops+b"}
 	if got := roundOrder(ts, 2); !slices.Equal(got, ts) {
