@@ -28,10 +28,16 @@ func (g goLoad) Args(addr string) []string {
 }
 
 // WarmUp runs one second of the load.
-func (g goLoad) WarmUp(addr string) error {
-	g.Duration = time.Second
-	_, _, err := g.Run(addr)
-	return err
+func (g goLoad) WarmUp(addr string) error { return g.runFor(time.Second)(addr) }
+
+// runFor returns a function that applies the load to an address for d,
+// unmeasured.
+func (g goLoad) runFor(d time.Duration) func(addr string) error {
+	g.Duration = d
+	return func(addr string) error {
+		_, _, err := g.Run(addr)
+		return err
+	}
 }
 
 func (g goLoad) Run(addr string) (benchResult, []byte, error) {
@@ -78,13 +84,28 @@ func prefillSkew(bin string) func(addr string) error {
 	}
 }
 
-// goScenarios are scenarios 4 and 5.
+// goScenarios are scenarios 4 to 6.
 func goScenarios(c scenarioConfig) []scenario {
+	load := func(flags ...string) goLoad {
+		return goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: flags}
+	}
+	// settle is what runs before each measured run of a Cicada target:
+	// the same load for c.Settle (nil when 0).
+	settle := func(l goLoad) func(addr string) error {
+		if c.Settle <= 0 {
+			return nil
+		}
+		return l.runFor(c.Settle)
+	}
+	skew := load("-c", "200")
+	open := load("-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64))
+	many := load("-c", "2000")
 	return []scenario{{
 		Name:         "4 skew 90/10 c200",
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
-		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "200"}},
+		Load:         skew,
+		Settle:       settle(skew),
 		// Redis cannot use the second core; Cicada with two loops can.
 		// The bare server, answering every request itself, is the most
 		// any proxy could reach with this load generator on this machine;
@@ -98,8 +119,8 @@ func goScenarios(c scenarioConfig) []scenario {
 		Name:         "5 open " + strconv.FormatFloat(c.OpenRate, 'f', -1, 64) + "/s",
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
-		Load: goLoad{Bin: c.Loadgen, Duration: c.GoDuration,
-			Flags: []string{"-scenario", "open", "-c", "50", "-rate", strconv.FormatFloat(c.OpenRate, 'f', -1, 64)}},
+		Load:         open,
+		Settle:       settle(open),
 		// bare-forward: the least latency a caching proxy with Cicada's
 		// loops could add on this machine.
 		Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetTwem, targetBareFwd},
@@ -109,7 +130,8 @@ func goScenarios(c scenarioConfig) []scenario {
 		Name:         "6 skew 90/10 c2000",
 		HotThreshold: defaultThreshold,
 		Prefill:      prefillSkew(c.Loadgen),
-		Load:         goLoad{Bin: c.Loadgen, Duration: c.GoDuration, Flags: []string{"-c", "2000"}},
+		Load:         many,
+		Settle:       settle(many),
 		Targets:      []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem},
 	}}
 }

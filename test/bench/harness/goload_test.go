@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
 
 // TestParseLoadgenJSON reads the load generator's -json line (as printed by
 // a closed-loop run against redis-server 7.0.15) and refuses runs with
@@ -30,6 +36,48 @@ func TestParseLoadgenJSON(t *testing.T) {
 	} {
 		if _, err := parseLoadgenJSON([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// TestSettle: scenarios 4 to 6 settle a Cicada target with their own load
+// for -settle (here a stand-in load generator that records its
+// arguments), and not at all at -settle 0.
+func TestSettle(t *testing.T) {
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	bin := filepath.Join(dir, "loadgen")
+	script := "#!/bin/sh\necho \"$@\" >> " + args + "\necho '{\"ops\":10}'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range goScenarios(scenarioConfig{Loadgen: bin, GoDuration: 4 * time.Second, OpenRate: 20000}) {
+		if sc.Settle != nil {
+			t.Errorf("%s: a settle at -settle 0", sc.Name)
+		}
+	}
+	scs := goScenarios(scenarioConfig{Loadgen: bin, GoDuration: 4 * time.Second, OpenRate: 20000, Settle: 15 * time.Second})
+	for _, sc := range scs {
+		if sc.Settle == nil {
+			t.Fatalf("%s: no settle at -settle 15s", sc.Name)
+		}
+		if err := sc.Settle("127.0.0.1:1"); err != nil {
+			t.Fatalf("%s: %v", sc.Name, err)
+		}
+	}
+	b, err := os.ReadFile(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != len(scs) {
+		t.Fatalf("%d runs, want %d:\n%s", len(lines), len(scs), b)
+	}
+	for i, l := range lines {
+		want := strings.Join(scs[i].Load.Args("127.0.0.1:1")[1:], " ")
+		want = strings.Replace(want, "-duration 4s", "-duration 15s", 1)
+		if l != want {
+			t.Errorf("%s settled with %q, want %q", scs[i].Name, l, want)
 		}
 	}
 }

@@ -27,7 +27,10 @@
 // only the targets it matches. Flow per scenario: start the Cicada and bare
 // servers it needs (a Cicada restarts when the scenario's --hot-threshold
 // differs), prefill Redis directly, warm up each target,
-// then the rounds.
+// then the rounds. In scenarios 4 to 6 each measured run of a Cicada
+// target comes right after -settle (15 s) of the same load, unmeasured:
+// what Cicada caches depends on how long the traffic has lasted, and the
+// other targets' runs leave it idle in between.
 //
 // Loopback figures: client, proxy and Redis share this machine's cores,
 // so a proxy's figures include the contention it adds; they are not
@@ -73,6 +76,7 @@ type options struct {
 	workdir     string
 	loadgen     string
 	goDuration  time.Duration
+	settle      time.Duration
 	openRate    float64
 	micro       string // module directory for the Go micro-benchmarks; "" skips them
 	microCount  int
@@ -100,6 +104,7 @@ func main() {
 	flag.StringVar(&only, "only", "", "run only the scenarios whose name matches this regexp")
 	flag.StringVar(&o.loadgen, "loadgen", "bin/loadgen", "load generator binary for scenarios 4 and 5 (test/bench/loadgen); empty leaves them out")
 	flag.DurationVar(&o.goDuration, "go-duration", 4*time.Second, "one run of scenarios 4 and 5")
+	flag.DurationVar(&o.settle, "settle", 15*time.Second, "scenarios 4-6: the load a Cicada target gets, unmeasured, before each of its measured runs (what Cicada caches under sustained traffic; 0: none)")
 	flag.Float64Var(&o.openRate, "open-rate", 20000, "scenario 5's fixed rate in ops/s")
 	flag.StringVar(&o.micro, "micro", ".", "module directory to run the Go micro-benchmarks in (go test -bench); empty skips them")
 	flag.IntVar(&o.microCount, "micro-count", 5, "runs of each micro-benchmark at each -cpu (200 ms each)")
@@ -220,7 +225,7 @@ type cicadaProc struct {
 func run(o options) error {
 	tick := clockTicks()
 	cfg := scenarioConfig{NP1: o.np1, NP16: o.np16, Clients: o.clients, Bench: o.bench,
-		Loadgen: o.loadgen, GoDuration: o.goDuration, OpenRate: o.openRate}
+		Loadgen: o.loadgen, GoDuration: o.goDuration, OpenRate: o.openRate, Settle: o.settle}
 	var chosen []scenario
 	for _, sc := range scenarios(cfg) {
 		if o.only.MatchString(sc.Name) {
@@ -246,7 +251,7 @@ func run(o options) error {
 			return err
 		}
 	}
-	rep := report{ClockTicksPerSecond: tick, Rounds: o.rounds, Loops: o.loops, Clients: o.clients, Started: time.Now()}
+	rep := report{ClockTicksPerSecond: tick, Rounds: o.rounds, Loops: o.loops, Clients: o.clients, Settle: o.settle, Started: time.Now()}
 	err := s.runScenarios(chosen, &rep, tick)
 	if err == nil && o.micro != "" {
 		fmt.Fprintln(os.Stderr, "Go micro-benchmarks: go test -bench ... -benchmem -cpu 1,2")
@@ -303,6 +308,11 @@ func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error
 		}
 		for r := 0; r < s.o.rounds; r++ {
 			for _, t := range roundOrder(targets, r) {
+				if sc.Settle != nil && s.cicada[t] != nil {
+					if err := sc.Settle(s.addr(t)); err != nil {
+						return fmt.Errorf("harness: %s: settling %s, round %d: %w", sc.Name, t, r+1, err)
+					}
+				}
 				smp, err := s.measure(sc, t, r, tick)
 				if err != nil {
 					return err

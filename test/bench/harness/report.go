@@ -47,7 +47,10 @@ type report struct {
 	ClockTicksPerSecond int64
 	Rounds, Loops       int
 	Clients             int
-	Samples             []sample
+	// Settle is how long each measured run of a Cicada target in
+	// scenarios 4 to 6 followed the same load, unmeasured (-settle).
+	Settle  time.Duration
+	Samples []sample
 	// Incomplete is the error that stopped the run early ("" for a whole
 	// run): the scenarios after it are missing, and its own targets may
 	// have fewer rounds than Rounds.
@@ -137,6 +140,9 @@ func printTable(w io.Writer, r report) {
 	}
 	fmt.Fprintf(w, "\nMedians of %d rounds (targets alternating), %d connections, loopback; cicada: --loops %d; CPU is user+system from /proc/<pid>/stat (%d ticks/s), per request.\n",
 		r.Rounds, r.Clients, r.Loops, r.ClockTicksPerSecond)
+	if r.Settle > 0 {
+		fmt.Fprintf(w, "Scenarios 4-6: each run of a Cicada target follows %v of the same load, unmeasured (-settle): what it caches under sustained traffic.\n", r.Settle)
+	}
 	fmt.Fprintln(w, "×redis: this target's figure divided by direct Redis's (ops/s: >1 is faster; latency and CPU: <1 is better). CPU total = proxy + Redis.")
 	fmt.Fprintf(w, "load µs/req: the load generator's own CPU; busy cores: (proxy + Redis + load generator) CPU × ops/s, out of %d cores; hits: requests (SETs too) answered from Cicada's cache.\n", runtime.NumCPU())
 	fmt.Fprintln(w, "redis clients MiB: the most memory Redis held for its clients during a run (INFO memory mem_clients_normal, sampled every 100 ms).")
