@@ -187,8 +187,10 @@ const (
 // bareLocalKeys is how many of the skew scenarios' keys (key:0 to
 // key:<bareLocalKeys-1>, the hottest) bare-forward answers itself. Under
 // Zipf(0.99) over 1,000,000 keys they draw 75.5% of the GETs, so with 90%
-// GETs it answers 68% of requests; Cicada answered 66-70% of scenario 4's
-// requests from its cache in the runs of issue 18.
+// GETs it answers 68% of requests. Cicada answered 66-70% of scenario 4's
+// requests from its cache in rounds that began after a pause, 46-58% under
+// sustained traffic (-settle): the floor is a cache that keeps the
+// most-read keys, which Cicada's is not yet (docs/performance.md).
 const bareLocalKeys = 35000
 
 // defaultTargets are the targets of a scenario that names none.
