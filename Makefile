@@ -18,7 +18,7 @@ help:
 	@echo "make servers-next Valkey 9.1 from Debian unstable into bin/servers, to try by hand (not in the matrix yet)"
 	@echo "make servers      fetch Redis 8.0 and Valkey 8.1 from Debian 13's packages into bin/servers (make test does)"
 	@echo "make test-cluster the Redis Cluster load test in both addressing modes, long phases, and the transparency tests (about 3 min)"
-	@echo "make bench   Redis vs Cicada (with lanes and without) vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; 11 min here; BENCH_ARGS='-rounds 7 -only hot.GET')"
+	@echo "make bench   Redis vs Cicada (with lanes and without) vs twemproxy vs a bare gnet server, medians and ratios (installs nutcracker; about 20 min here; BENCH_ARGS='-rounds 7 -only hot.GET')"
 	@echo "make fmt     fail if any file needs gofmt"
 	@echo "make clean   remove bin/"
 
