@@ -48,7 +48,8 @@ type report struct {
 	Rounds, Loops       int
 	Clients             int
 	// Settle is how long each measured run of a Cicada target in
-	// scenarios 4 to 6 followed the same load, unmeasured (-settle).
+	// scenarios 4 to 6 followed the same load, unmeasured (-settle;
+	// nanoseconds in the JSON).
 	Settle  time.Duration
 	Samples []sample
 	// Incomplete is the error that stopped the run early ("" for a whole

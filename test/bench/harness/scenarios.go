@@ -31,7 +31,7 @@ const (
 
 // Load generates one scenario's load against one address and reports what
 // it measured. redisBenchmark is the implementation for scenarios 1 to 3;
-// scenarios 4 and 5 plug in the Go load generator by implementing Load
+// scenarios 4 to 6 plug in the Go load generator by implementing Load
 // and adding their scenario in scenarios (below).
 type Load interface {
 	// Args describes the load for the report (a command line or a
@@ -87,7 +87,7 @@ type scenarioConfig struct {
 	NP1, NP16 int // requests per run with -P 1 and with -P 16
 	Clients   int
 	Bench     string // redis-benchmark binary
-	// Loadgen is the load generator binary (scenarios 4 and 5), "" to
+	// Loadgen is the load generator binary (scenarios 4 to 6), "" to
 	// leave them out; GoDuration is one of its runs, OpenRate scenario
 	// 5's rate in ops/s.
 	Loadgen    string
