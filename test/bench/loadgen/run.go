@@ -13,6 +13,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/bench/loadgen/report"
+	"github.com/cicada-proxy/cicada/test/bench/zipf"
 )
 
 // Scenario names, as given to -scenario and reported in "scenario".
@@ -52,7 +53,7 @@ type worker struct {
 	args [][]byte // command arguments, reused
 	val  []byte   // SET value (shared, read-only)
 	rng  *rand.Rand
-	zipf *zipf
+	zipf *zipf.Zipf
 	cfg  *config
 	hist *hdrhistogram.Histogram // latency from intended start (closed: from send)
 	svc  *hdrhistogram.Histogram // open loop: latency from the actual send
@@ -94,7 +95,7 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 		args: make([][]byte, 3),
 		val:  val,
 		rng:  rng,
-		zipf: newZipf(rng, cfg.Keys, cfg.ZipfS),
+		zipf: zipf.New(rng, cfg.Keys, cfg.ZipfS),
 		cfg:  cfg,
 		hist: hdrhistogram.New(1, int64(maxLatency), 3),
 		svc:  hdrhistogram.New(1, int64(maxLatency), 3),
@@ -115,7 +116,7 @@ const (
 // appendRequest appends one GET (probability GetRatio) or SET of a
 // Zipf-chosen key to w.out and returns its kind.
 func (w *worker) appendRequest() int {
-	i := w.zipf.next() - 1
+	i := w.zipf.Next() - 1
 	w.key = strconv.AppendInt(w.key[:4], int64(i), 10)
 	w.args[1] = w.key
 	if w.rng.Float64() < w.cfg.GetRatio {

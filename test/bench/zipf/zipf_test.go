@@ -1,4 +1,4 @@
-package main
+package zipf
 
 import (
 	"math"
@@ -44,10 +44,10 @@ func TestZipfMatchesPMF(t *testing.T) {
 		n int
 		s float64
 	}{{10, 0.99}, {20, 0.99}, {10, 0.5}, {10, 1.0}, {20, 1.5}, {1, 0.99}} {
-		z := newZipf(rand.New(rand.NewPCG(42, uint64(tc.n))), tc.n, tc.s)
+		z := New(rand.New(rand.NewPCG(42, uint64(tc.n))), tc.n, tc.s)
 		counts := make([]int, tc.n+1)
 		for range draws {
-			k := z.next()
+			k := z.Next()
 			if k < 1 || k > tc.n {
 				t.Fatalf("n=%d s=%v: next() = %d, want 1..%d", tc.n, tc.s, k, tc.n)
 			}
@@ -71,10 +71,10 @@ func TestZipfMatchesPMF(t *testing.T) {
 func TestZipfLargeN(t *testing.T) {
 	const n, s, draws = 1_000_000, 0.99, 400_000
 	pmf := zipfPMF(n, s)
-	z := newZipf(rand.New(rand.NewPCG(7, 7)), n, s)
+	z := New(rand.New(rand.NewPCG(7, 7)), n, s)
 	counts := make([]int, 4)
 	for range draws {
-		if k := z.next(); k <= 3 {
+		if k := z.Next(); k <= 3 {
 			counts[k]++
 		}
 	}
@@ -87,9 +87,9 @@ func TestZipfLargeN(t *testing.T) {
 }
 
 func BenchmarkZipf(b *testing.B) {
-	z := newZipf(rand.New(rand.NewPCG(1, 1)), 1_000_000, 0.99)
+	z := New(rand.New(rand.NewPCG(1, 1)), 1_000_000, 0.99)
 	b.ReportAllocs()
 	for b.Loop() {
-		z.next()
+		z.Next()
 	}
 }

@@ -1,11 +1,13 @@
-package main
+// Package zipf draws Zipf-distributed ranks for the load generator and the
+// cache simulation (test/cachesim).
+package zipf
 
 import (
 	"math"
 	"math/rand/v2"
 )
 
-// zipf draws ranks k in [1, n] with P(k) proportional to 1/k^s, for any
+// Zipf draws ranks k in [1, n] with P(k) proportional to 1/k^s, for any
 // s > 0 (s = 1 and s < 1 included, unlike math/rand's Zipf which needs
 // s > 1). It is rejection-inversion sampling (W. Hörmann and G. Derflinger,
 // "Rejection-inversion to generate variates from monotone discrete
@@ -13,27 +15,29 @@ import (
 // RejectionInversionZipfSampler: O(1) memory, no table, about 1.0-1.2
 // uniform draws per sample.
 //
-// A zipf is not safe for concurrent use: each connection owns one, with its
+// A Zipf is not safe for concurrent use: each connection owns one, with its
 // own rng.
-type zipf struct {
+type Zipf struct {
 	n, s          float64
 	hX1, hN, sCap float64
 	rng           *rand.Rand
 }
 
-func newZipf(rng *rand.Rand, n int, s float64) *zipf {
+// New returns a Zipf over ranks [1, n] with exponent s drawing from rng.
+// It panics unless n >= 1 and s > 0.
+func New(rng *rand.Rand, n int, s float64) *Zipf {
 	if n < 1 || !(s > 0) {
 		panic("zipf: need n >= 1 and s > 0")
 	}
-	z := &zipf{n: float64(n), s: s, rng: rng}
+	z := &Zipf{n: float64(n), s: s, rng: rng}
 	z.hX1 = z.hIntegral(1.5) - 1
 	z.hN = z.hIntegral(z.n + 0.5)
 	z.sCap = 2 - z.hIntegralInv(z.hIntegral(2.5)-z.h(2))
 	return z
 }
 
-// next returns a rank in [1, n]; rank 1 is the most frequent.
-func (z *zipf) next() int {
+// Next returns a rank in [1, n]; rank 1 is the most frequent.
+func (z *Zipf) Next() int {
 	for {
 		u := z.hN + z.rng.Float64()*(z.hX1-z.hN)
 		x := z.hIntegralInv(u)
@@ -50,16 +54,16 @@ func (z *zipf) next() int {
 }
 
 // h is the unnormalized density x^-s.
-func (z *zipf) h(x float64) float64 { return math.Exp(-z.s * math.Log(x)) }
+func (z *Zipf) h(x float64) float64 { return math.Exp(-z.s * math.Log(x)) }
 
 // hIntegral is an antiderivative of h: (x^(1-s) - 1) / (1-s), and log x at s = 1.
-func (z *zipf) hIntegral(x float64) float64 {
+func (z *Zipf) hIntegral(x float64) float64 {
 	lx := math.Log(x)
 	return helper2((1-z.s)*lx) * lx
 }
 
 // hIntegralInv inverts hIntegral.
-func (z *zipf) hIntegralInv(x float64) float64 {
+func (z *Zipf) hIntegralInv(x float64) float64 {
 	t := x * (1 - z.s)
 	if t < -1 {
 		t = -1 // numerical guard: the true value is >= -1
