@@ -227,7 +227,9 @@ func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 // janitor advances the detectors every sub-window, sweeps the cache and
 // sets the admission bar from it (detector.Admission.Rebar), ends a
 // HOTKEYS session whose DURATION has passed, and has the loops shrink
-// their idle sessions.
+// their idle sessions. test/cachesim replays its cache and admission
+// steps (Advance, Sweep with Cold, Adapt, Rebar) on a virtual clock:
+// change both together.
 func (srv *Server) janitor(stop <-chan struct{}) {
 	tick := time.NewTicker(detector.Window / detector.SubWindows)
 	defer tick.Stop()

@@ -32,9 +32,10 @@ type result struct {
 // as the proxy does: every GET is counted by the read detector and looked
 // up; a miss that Admission.Worth lets in is filled at once (a real fill
 // takes a round trip, during which a write would drop it); a SET evicts
-// its key and is counted as an invalidation. The janitor's work runs on
-// the proxy's schedule: Advance every 100 ms, then every 250 ms the sweep,
-// Adapt and Rebar.
+// its key and is counted as an invalidation. The janitor's work
+// (proxy.Server.janitor, whose steps this repeats) runs on the proxy's
+// default schedule: Advance every 100 ms, then every 250 ms
+// (SweepInterval) the sweep, Adapt and Rebar.
 func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 	var now int64 // ns of virtual time
 	epoch := time.Unix(1_700_000_000, 0)
