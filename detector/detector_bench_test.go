@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // benchKeys returns n key hashes (n a power of two) so benchmarks touch
@@ -128,4 +129,30 @@ func BenchmarkObserveManyKeys(b *testing.B) {
 		i++
 	}
 	_ = hot
+}
+
+// BenchmarkAdmissionManyKeys is admission's work for a forwarded GET of
+// one of a million keys with the default capacity (100,000 replies):
+// ObserveRead (the 1-s detector and the long-horizon sketch), then Worth
+// on the miss, keys in random order. Against BenchmarkObserveManyKeys, it
+// is what the long horizon adds to a miss.
+func BenchmarkAdmissionManyKeys(b *testing.B) {
+	d := mustNew(b, Config{Threshold: 1, Loops: 1})
+	a := NewAdmission(d, 100_000, t0)
+	a.Advance(t0.Add(time.Second))
+	keys := make([]uint64, 1<<20)
+	for i := range keys {
+		keys[i] = hashOf("many:" + strconv.Itoa(i))
+	}
+	b.ReportAllocs()
+	i, worth := 0, 0
+	for b.Loop() {
+		k := keys[(i*7919)&(1<<20-1)]
+		a.ObserveRead(0, k)
+		if a.Worth(k, k) {
+			worth++
+		}
+		i++
+	}
+	_ = worth
 }

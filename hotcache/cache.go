@@ -180,7 +180,6 @@ type Cache struct {
 
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
-	left    atomic.Uint64 // keys evicted for room or as cold
 	unused  atomic.Uint64 // of those, keys that served no hit
 	// expiring is the number of published entries with a TTL; written
 	// under mu, read by Sweep without it.

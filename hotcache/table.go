@@ -155,7 +155,6 @@ func (c *Cache) removeLocked(r *record, why Reason) {
 	c.evicted[why].Add(uint64(r.replies))
 	switch why {
 	case ReasonCold, ReasonCapacity: // what admission let in and nothing took out earlier
-		c.left.Add(1)
 		if !r.e.used.Load() {
 			c.unused.Add(1)
 		}
@@ -276,12 +275,12 @@ type Stats struct {
 	Replies int    // cached replies now
 	Bytes   int64  // accounted bytes now
 	Fills   uint64 // replies stored since start
-	// Left counts keys evicted since start for room or as cold (not for
-	// a write, a notification, a TTL, a flush, a setting or the cluster:
-	// those end a key whatever admission did); Unused those of them that
-	// served no hit, filled for nothing (detector.Admission.Adapt).
-	Left, Unused uint64
-	Evicted      [numReasons]uint64 // replies evicted since start, by Reason
+	// Unused counts keys evicted since start for room or as cold (not
+	// for a write, a notification, a TTL, a flush, a setting or the
+	// cluster: those end a key whatever admission did) that served no
+	// hit: filled for nothing.
+	Unused  uint64
+	Evicted [numReasons]uint64 // replies evicted since start, by Reason
 	// DoubleReleases counts Hold.Release calls after a Hold's first: each
 	// is a bug (see Hold); 0 in a correct run.
 	DoubleReleases uint64
@@ -293,7 +292,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Replies: c.replies, Bytes: c.bytes}
 	c.mu.Unlock()
 	s.Fills = c.fills.Load()
-	s.Left, s.Unused = c.left.Load(), c.unused.Load()
+	s.Unused = c.unused.Load()
 	s.DoubleReleases = c.doubleReleases.Load()
 	for i := range s.Evicted {
 		s.Evicted[i] = c.evicted[i].Load()

@@ -576,7 +576,7 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	if cv.pauseCounted {
 		cv.pauseCounted = false // counted when it paused; this is the same request parsed again
 	} else {
-		env.det.Observe(cv.loop.idx, k.ReadHash())
+		env.adm.ObserveRead(cv.loop.idx, k.ReadHash())
 	}
 	v, reply := cv.mayAnswer(&k)
 	cv.fillWaited = false

@@ -68,7 +68,7 @@ func newConvHarness(t *testing.T, addrMap string) *convHarness {
 		}
 		cfg.AddrMap = m
 	}
-	srv, err := New(cfg, cache, detector.NewAdmission(det, time.Now()), quietFencer{})
+	srv, err := New(cfg, cache, detector.NewAdmission(det, 64, time.Now()), quietFencer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Loops: 1, Multiplex: true}, cache, detector.NewAdmission(det, time.Now()), quietFencer{})
+	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Loops: 1, Multiplex: true}, cache, detector.NewAdmission(det, 64, time.Now()), quietFencer{})
 	if err != nil {
 		t.Fatal(err)
 	}

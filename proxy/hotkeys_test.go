@@ -87,7 +87,7 @@ func hitServer(tb testing.TB, loops int) (*Server, []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:0", Loops: loops}, cache, detector.NewAdmission(det, time.Now()), quietFencer{})
+	srv, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:0", Loops: loops}, cache, detector.NewAdmission(det, 16, time.Now()), quietFencer{})
 	if err != nil {
 		tb.Fatal(err)
 	}

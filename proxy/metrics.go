@@ -30,8 +30,6 @@ var (
 		"Replies cached now (one per hot GET key or HGET field).", nil, nil)
 	descBytes = prometheus.NewDesc("cicada_cache_bytes",
 		"Bytes the cache holds now (keys, fields, replies and overhead).", nil, nil)
-	descFloor = prometheus.NewDesc("cicada_cache_admission_floor",
-		"Read rate in ops/s below which no key is filled: hot-threshold, or what admission raised it to while most filled keys left the cache unread.", nil, nil)
 	descBar = prometheus.NewDesc("cicada_cache_admission_bar",
 		"Requests per second a key must save Redis to be filled (0 until the cache is 15/16 full).", nil, nil)
 	descUnusedFills = prometheus.NewDesc("cicada_cache_unused_total",
@@ -89,7 +87,7 @@ type collector struct{ srv *Server }
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
-		descEvictions, descReplies, descBytes, descFloor, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
+		descEvictions, descReplies, descBytes, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
 		descLanes, descOwn, descSpares, descPins, descReturns, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
 		ch <- d
@@ -133,7 +131,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descEvictions, st.Evicted[r], r.String())
 	}
 	gauge(descReplies, float64(st.Replies))
-	gauge(descFloor, float64(srv.adm.Floor()))
 	gauge(descBar, srv.adm.Bar())
 	counter(descUnusedFills, st.Unused)
 	gauge(descBytes, float64(st.Bytes))

@@ -228,7 +228,7 @@ func (srv *Server) Booted() <-chan struct{} { return srv.booted }
 // sets the admission bar from it (detector.Admission.Rebar), ends a
 // HOTKEYS session whose DURATION has passed, and has the loops shrink
 // their idle sessions. test/cachesim replays its cache and admission
-// steps (Advance, Sweep with Cold, Adapt, Rebar) on a virtual clock:
+// steps (Advance, Sweep with Cold, Rebar) on a virtual clock:
 // change both together.
 func (srv *Server) janitor(stop <-chan struct{}) {
 	tick := time.NewTicker(detector.Window / detector.SubWindows)
@@ -250,8 +250,6 @@ func (srv *Server) janitor(stop <-chan struct{}) {
 					cold = srv.adm.Cold
 				}
 				srv.cache.Sweep(cold)
-				st := srv.cache.Stats()
-				srv.adm.Adapt(st.Left, st.Unused)
 				srv.adm.Rebar(srv.cache.Full(detector.FullAt), srv.cache.Replies())
 			}
 			if now.Sub(lastShrink) >= shrinkEvery {

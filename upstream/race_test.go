@@ -70,7 +70,7 @@ func attackLookupBeforeUnapplied(t *testing.T, applyBetween bool) {
 	}
 	f := &hookedFencer{Subscriber: s}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
-	srv, err := proxy.New(proxy.Config{Listen: addr, Upstream: r.Addr, Loops: 1}, cache, detector.NewAdmission(det, time.Now()), f)
+	srv, err := proxy.New(proxy.Config{Listen: addr, Upstream: r.Addr, Loops: 1}, cache, detector.NewAdmission(det, 100, time.Now()), f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ const fileDebounce = 200 * time.Millisecond
 type live struct {
 	args, environ []string // as given at start, to load the layers again
 	cache         *hotcache.Cache
-	det           *detector.Detector
+	adm           *detector.Admission // its read detector's threshold is hot-threshold
 	level         zap.AtomicLevel
 	log           *zap.Logger
 
@@ -62,8 +62,8 @@ type live struct {
 // newLive applies cfg's live settings to the components (the cache's
 // limits, enablement and deny-list; the detector's threshold is cfg's
 // already) and returns the holder of the settings in force.
-func newLive(cfg *Config, args, environ []string, cache *hotcache.Cache, det *detector.Detector, level zap.AtomicLevel, log *zap.Logger) *live {
-	l := &live{args: args, environ: environ, cache: cache, det: det, level: level, log: log, cur: cfg, fromFile: cfg}
+func newLive(cfg *Config, args, environ []string, cache *hotcache.Cache, adm *detector.Admission, level zap.AtomicLevel, log *zap.Logger) *live {
+	l := &live{args: args, environ: environ, cache: cache, adm: adm, level: level, log: log, cur: cfg, fromFile: cfg}
 	l.applyCache(cfg)
 	return l
 }
@@ -75,6 +75,7 @@ func (l *live) applyCache(c *Config) {
 	if on {
 		// Validate guarantees capacity and bytes >= 1 when max value > 0.
 		_ = l.cache.SetLimits(c.CacheCapacity, c.CacheMaxBytes, c.CacheMaxValue)
+		l.adm.SetCapacity(c.CacheCapacity)
 	}
 	l.cache.SetDenied(denyMatcher(c.CacheDeny))
 	l.cache.SetEnabled(on)
@@ -124,7 +125,7 @@ func (l *live) changeLocked(next *Config, source string) []string {
 	for _, k := range liveKeys {
 		setLive(&n, next, k)
 	}
-	l.det.SetThreshold(n.HotThreshold)
+	l.adm.Reads().SetThreshold(n.HotThreshold)
 	l.applyCache(&n)
 	if lvl, err := zapLevel(n.LogLevel); err == nil {
 		l.level.SetLevel(lvl)

@@ -127,16 +127,16 @@ func fitMaxClients(want, loops int, log *zap.Logger) (maxClients, adminConns int
 }
 
 // newLiveFunc returns what serve calls to make the holder of the live
-// settings once the cache and detector exist.
-func newLiveFunc(args, environ []string, level zap.AtomicLevel) func(*Config, *hotcache.Cache, *detector.Detector, *zap.Logger) *live {
-	return func(cfg *Config, cache *hotcache.Cache, det *detector.Detector, log *zap.Logger) *live {
-		return newLive(cfg, args, environ, cache, det, level, log)
+// settings once the cache and admission exist.
+func newLiveFunc(args, environ []string, level zap.AtomicLevel) func(*Config, *hotcache.Cache, *detector.Admission, *zap.Logger) *live {
+	return func(cfg *Config, cache *hotcache.Cache, adm *detector.Admission, log *zap.Logger) *live {
+		return newLive(cfg, args, environ, cache, adm, level, log)
 	}
 }
 
 // serve builds the components, runs them, and shuts them down when ctx is
 // done. mkLive makes the holder of the live settings (live.go).
-func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Config, *hotcache.Cache, *detector.Detector, *zap.Logger) *live) error {
+func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Config, *hotcache.Cache, *detector.Admission, *zap.Logger) *live) error {
 	log.Info("starting cicada", zap.String("version", version), zap.Any("config", cfg.Redacted()))
 	// With the cache off (cache-max-value 0) capacity and bytes may be 0;
 	// the table still needs a size, and live settings may turn it on.
@@ -152,8 +152,8 @@ func serve(ctx context.Context, cfg *Config, log *zap.Logger, mkLive func(*Confi
 	if err != nil {
 		return err
 	}
-	adm := detector.NewAdmission(det, time.Now())
-	settings := mkLive(cfg, cache, det, log)
+	adm := detector.NewAdmission(det, max(cfg.CacheCapacity, 1), time.Now())
+	settings := mkLive(cfg, cache, adm, log)
 	if !cache.Enabled() {
 		log.Info("cache disabled (cache-enabled false or cache-max-value 0): every request is forwarded")
 	}

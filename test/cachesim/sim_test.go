@@ -19,6 +19,10 @@ type load struct {
 	rate     float64 // requests per second of virtual time
 	duration time.Duration
 	measure  time.Duration // the last part of duration that is counted
+	// shift, when not 0, moves the popularity ranks when the counted part
+	// starts: rank i is key:<(i+shift) mod keys> from then on, keys the
+	// cache has not seen read much before.
+	shift int
 }
 
 // result is what one simulated run counted over its measured part.
@@ -29,13 +33,13 @@ type result struct {
 }
 
 // simulate drives a cache of capacity replies and its admission with l,
-// as the proxy does: every GET is counted by the read detector and looked
+// as the proxy does: every GET is counted (Admission.ObserveRead) and looked
 // up; a miss that Admission.Worth lets in is filled at once (a real fill
 // takes a round trip, during which a write would drop it); a SET evicts
 // its key and is counted as an invalidation. The janitor's work
 // (proxy.Server.janitor, whose steps this repeats) runs on the proxy's
 // default schedule: Advance every 100 ms, then every 250 ms
-// (SweepInterval) the sweep, Adapt and Rebar.
+// (SweepInterval) the sweep and Rebar.
 func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 	var now int64 // ns of virtual time
 	epoch := time.Unix(1_700_000_000, 0)
@@ -48,7 +52,7 @@ func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	adm := detector.NewAdmission(det, epoch)
+	adm := detector.NewAdmission(det, capacity, epoch)
 	adm.NoteFill(time.Millisecond)
 	cache.SetRank(adm.Saved)
 
@@ -81,13 +85,15 @@ func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 					cold = adm.Cold
 				}
 				cache.Sweep(cold)
-				st := cache.Stats()
-				adm.Adapt(st.Left, st.Unused)
 				adm.Rebar(cache.Full(detector.FullAt), cache.Replies())
 			}
 		}
-		k.Set(0, names[z.Next()-1])
 		measured := i >= counted
+		rank := z.Next() - 1
+		if measured {
+			rank = (rank + l.shift) % l.keys
+		}
+		k.Set(0, names[rank])
 		if measured {
 			r.requests++
 		}
@@ -96,7 +102,7 @@ func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 			adm.ObserveWrite(k.Hash())
 			continue
 		}
-		det.Observe(0, k.ReadHash())
+		adm.ObserveRead(0, k.ReadHash())
 		cache.Lookup(&k, ident, 2, &f)
 		if f.Status == hotcache.Hit {
 			if measured {
@@ -116,7 +122,7 @@ func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 	top := min(capacity, l.keys)
 	cached := 0
 	for i := range top {
-		k.Set(0, names[i])
+		k.Set(0, names[(i+l.shift)%l.keys])
 		if cache.Lookup(&k, ident, 2, &f); f.Status == hotcache.Hit {
 			cached++
 		}
@@ -142,6 +148,22 @@ var scenario4 = load{keys: 1_000_000, zipfS: 0.99, getRatio: 0.9, rate: 60_000,
 func BenchmarkSustainedZipf(b *testing.B) {
 	for b.Loop() {
 		r := simulate(b, scenario4, 100_000, 1)
+		b.ReportMetric(float64(r.hits)/float64(r.requests), "hits/req")
+		b.ReportMetric(float64(r.fills)/float64(r.requests), "fills/req")
+		b.ReportMetric(float64(r.replies), "replies")
+		b.ReportMetric(r.topCached, "top-cached")
+	}
+}
+
+// BenchmarkShiftedZipf is BenchmarkSustainedZipf's traffic whose
+// popularity moves to other keys after 30 s (rank i becomes key
+// i + 500,000): what the cache answers in the 30 s after the shift, while
+// the counts of the keys read before age out.
+func BenchmarkShiftedZipf(b *testing.B) {
+	l := scenario4
+	l.shift = 500_000
+	for b.Loop() {
+		r := simulate(b, l, 100_000, 1)
 		b.ReportMetric(float64(r.hits)/float64(r.requests), "hits/req")
 		b.ReportMetric(float64(r.fills)/float64(r.requests), "fills/req")
 		b.ReportMetric(float64(r.replies), "replies")

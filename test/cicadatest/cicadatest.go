@@ -87,7 +87,7 @@ func Start(t testing.TB, redisAddr string, o Options) *Proxy {
 	if err != nil {
 		t.Fatalf("detector.New: %v", err)
 	}
-	adm := detector.NewAdmission(det, time.Now())
+	adm := detector.NewAdmission(det, o.Capacity, time.Now())
 	var srv *proxy.Server
 	sub := upstream.New(upstream.Config{AuthChanged: func() { srv.AuthRulesChanged() }, Invalidated: adm.ObserveWrite, Addr: redisAddr, Username: o.Username, Password: o.Password,
 		Configure: true, DialTimeout: time.Second, CheckInterval: o.CheckInterval, Logger: log.Named("upstream")}, cache)
