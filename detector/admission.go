@@ -118,14 +118,21 @@ const barSample = 4096
 
 // LongCountersPerReply is how many counters (4 bytes each) the
 // long-horizon read sketch has per reply the cache can hold, rounded up to
-// a power of two; the invalidation sketch has a quarter as many. 4 MiB
-// and 1 MiB at the default capacity of 100,000 replies.
+// a power of two within [minLongCounters, maxLongCounters]; the
+// invalidation sketch has a quarter as many. 4 MiB and 1 MiB at the
+// default capacity of 100,000 replies.
 const LongCountersPerReply = 8
 
-// minLongCounters is the fewest counters of the long-horizon read
-// sketch, 256 KiB: a small cache's sketch would otherwise be all noise
-// under traffic over many keys (TestAdmissionKeysReadOnce).
-const minLongCounters = 1 << 16
+// minLongCounters and maxLongCounters bound the long-horizon read
+// sketch: at least 2^16 counters (256 KiB), since a small cache's sketch
+// would otherwise be all noise under traffic over many keys
+// (TestAdmissionKeysReadOnce), and at most 2^24 (64 MiB, reached at
+// 2,097,152 replies), since the largest --cache-capacity would otherwise
+// ask for 512 MiB.
+const (
+	minLongCounters = 1 << 16
+	maxLongCounters = 1 << 24
+)
 
 // LongSamplePerReply is how many reads per reply the cache can hold end a
 // period of the long-horizon sketches: TinyLFU's sample size W over the
@@ -173,7 +180,9 @@ func (a *Admission) newHorizon(capacity int, now time.Time) *horizon {
 
 // longCounters is how many counters the read sketch of a cache of
 // capacity replies asks for (newFrequency rounds it up).
-func longCounters(capacity int) int { return max(LongCountersPerReply*capacity, minLongCounters) }
+func longCounters(capacity int) int {
+	return min(max(LongCountersPerReply*capacity, minLongCounters), maxLongCounters)
+}
 
 // SetCapacity tells admission that the cache now holds at most capacity
 // replies (at least 1; --cache-capacity, a live setting). The next

@@ -252,3 +252,15 @@ func TestAdmissionSetCapacity(t *testing.T) {
 			len(l.reads.c), len(l.writes.c), l.reads.sample, a.Saved(h, h))
 	}
 }
+
+// TestLongCounters: the read sketch has 8 counters per reply, at least
+// 2^16 and at most 2^24 once rounded.
+func TestLongCounters(t *testing.T) {
+	for _, c := range []struct{ capacity, want int }{
+		{1, 1 << 16}, {8192, 1 << 16}, {8193, 1 << 17}, {100_000, 1 << 20}, {1 << 21, 1 << 24}, {1 << 24, 1 << 24},
+	} {
+		if got := roundCounters(longCounters(c.capacity)); got != c.want {
+			t.Errorf("capacity %d: %d counters, want %d", c.capacity, got, c.want)
+		}
+	}
+}
