@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +42,10 @@ func TestParseLoadgenJSON(t *testing.T) {
 }
 
 // TestSettle: scenarios 4 to 6 settle a Cicada target with their own load
-// for -settle (here a stand-in load generator that records its
-// arguments), and not at all at -settle 0.
+// and -duration 15s, on keys of their own (a seed no measured run uses),
+// and -settle 0 settles nothing; each measured round has a seed of its
+// own, the same for every target, and the warm-up the load generator's
+// default.
 func TestSettle(t *testing.T) {
 	dir := t.TempDir()
 	args := filepath.Join(dir, "args")
@@ -61,7 +64,7 @@ func TestSettle(t *testing.T) {
 		if sc.Settle == nil {
 			t.Fatalf("%s: no settle at -settle 15s", sc.Name)
 		}
-		if err := sc.Settle("127.0.0.1:1"); err != nil {
+		if err := sc.Settle("127.0.0.1:1", 2); err != nil {
 			t.Fatalf("%s: %v", sc.Name, err)
 		}
 	}
@@ -75,9 +78,19 @@ func TestSettle(t *testing.T) {
 	}
 	for i, l := range lines {
 		want := strings.Join(scs[i].Load.Args("127.0.0.1:1")[1:], " ")
-		want = strings.Replace(want, "-duration 4s", "-duration 15s", 1)
+		want = strings.Replace(want, "-duration 4s", "-duration 15s", 1) + " -seed 4294967298"
 		if l != want {
 			t.Errorf("%s settled with %q, want %q", scs[i].Name, l, want)
+		}
+	}
+	sc := scs[0]
+	if a := sc.Load.Args("x"); slices.Contains(a, "-seed") {
+		t.Errorf("warm-up args %q: want the load generator's default seed", a)
+	}
+	for r, want := range []string{"2", "3", "4"} {
+		a := sc.forRound(r).Load.Args("x")
+		if i := slices.Index(a, "-seed"); i < 0 || a[i+1] != want {
+			t.Errorf("round %d: args %q, want -seed %s", r, a, want)
 		}
 	}
 }

@@ -30,7 +30,10 @@
 // then the rounds. In scenarios 4 to 6 each measured run of a Cicada
 // target comes right after -settle (15 s) of the same load, unmeasured:
 // what Cicada caches depends on how long the traffic has lasted, and the
-// other targets' runs leave it idle in between.
+// other targets' runs leave it idle in between. Each measured round of
+// those scenarios sends its own keys (the load generator's -seed: the
+// same for every target of a round) and each settle others, so that no
+// run replays what Cicada has already seen.
 //
 // Loopback figures: client, proxy and Redis share this machine's cores,
 // so a proxy's figures include the contention it adds; they are not
@@ -309,13 +312,14 @@ func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error
 			}
 		}
 		for r := 0; r < s.o.rounds; r++ {
+			rsc := sc.forRound(r)
 			for _, t := range roundOrder(targets, r) {
 				if sc.Settle != nil && s.cicada[t] != nil {
-					if err := sc.Settle(s.addr(t)); err != nil {
+					if err := sc.Settle(s.addr(t), r); err != nil {
 						return fmt.Errorf("harness: %s: settling %s, round %d: %w", sc.Name, t, r+1, err)
 					}
 				}
-				smp, err := s.measure(sc, t, r, tick)
+				smp, err := s.measure(rsc, t, r, tick)
 				if err != nil {
 					return err
 				}

@@ -71,8 +71,24 @@ type scenario struct {
 	// a round that began after such a pause answered 70% of requests
 	// from the cache, against 47-50% under sustained load (the admission
 	// floor falls back while no key is read, so the next round's first
-	// seconds fill widely; docs/performance.md).
-	Settle func(addr string) error
+	// seconds fill widely; docs/performance.md). round is the measured
+	// run's (0-based).
+	Settle func(addr string, round int) error
+}
+
+// roundLoad is a Load whose traffic differs per round: Round(r) is the
+// load of round r (0-based), the same for every target of the round.
+type roundLoad interface {
+	Round(r int) Load
+}
+
+// forRound is sc with the load of round r, where its load differs per
+// round.
+func (sc scenario) forRound(r int) scenario {
+	if rl, ok := sc.Load.(roundLoad); ok {
+		sc.Load = rl.Round(r)
+	}
+	return sc
 }
 
 func (sc scenario) targets() []string {
