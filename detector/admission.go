@@ -31,10 +31,14 @@ import (
 //
 // # Rates
 //
-// A rate of at least [ShortMin] (8) ops/s is taken from the 1-s sliding
-// windows (the read [Detector] the event loops count in, and a write
-// Detector of a quarter of its width), so that a key turning hot, or
-// turning write-heavy, counts at once. Below that, the 1-s windows cannot
+// Where the 1-s sliding windows (the read [Detector] the event loops
+// count in, and a write Detector of a quarter of its width) or the long
+// horizon below say [ShortMin] (8) ops/s or more, the 1-s window's rate
+// counts: a key turning hot, or turning write-heavy, counts at once, and
+// one that the long horizon counts at 8 ops/s or more but the last second
+// at less has slowed down (a key written 44,000 times in a few seconds
+// and then only read is worth caching once its writes stop:
+// test/clients' TestRedisBenchmark). Below that, the 1-s windows cannot
 // tell a key from its neighbours in the sketch: at 60,000 requests/s each
 // of the read Detector's counters gathers about 1.6 reads a second of
 // other keys (54,000 over 32,768 counters a row), and each of the write
@@ -140,7 +144,8 @@ const (
 const LongSamplePerReply = 10
 
 // ShortMin is the rate in ops/s from which the 1-s detectors' estimates
-// are used (the larger of the two rates); below it, the long-horizon one.
+// are used: when the 1-s or the long-horizon rate reaches it; below it,
+// the long-horizon one.
 const ShortMin = 8
 
 // NewAdmission returns an Admission over reads, the detector the event
@@ -276,12 +281,12 @@ func (a *Admission) readRate(short uint32, h uint64) float64 {
 }
 
 // rate is a rate in ops/s from a 1-s estimate and a long-horizon one: the
-// long one below ShortMin, else the larger.
+// long one when both are below ShortMin, else the 1-s one.
 func rate(short uint32, long float64) float64 {
-	if short < ShortMin {
+	if short < ShortMin && long < ShortMin {
 		return long
 	}
-	return max(float64(short), long)
+	return float64(short)
 }
 
 // Worth reports whether a miss of the reply should fill it: its 1-s read
