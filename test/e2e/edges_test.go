@@ -312,12 +312,15 @@ func TestManyFillsInOnePipeline(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Each key is read twice: admission remembers the prefill's
+			// writes over its long horizon, and a key read once and
+			// written once saves nothing (Redis 8 sends two notifications
+			// for a new key's SET, one of which counts as a write; 7.0's
+			// does not count), so on Redis 8 the second GET fills.
 			for i := range keys {
-				gets = append(gets, []string{"GET", "k" + strconv.Itoa(i)})
+				gets = append(gets, []string{"GET", "k" + strconv.Itoa(i)}, []string{"GET", "k" + strconv.Itoa(i)})
 			}
-			// The prefill's writes leave the admission's window first: a
-			// key written as often as it is read saves nothing (and Redis 8
-			// sends two notifications for a new key's SET).
+			// The prefill's writes leave the admission's 1-s window first.
 			time.Sleep(detector.Window + 100*time.Millisecond)
 			// A pipeline during which the notification subscription was
 			// lost fills nothing and is sent again.
@@ -326,7 +329,7 @@ func TestManyFillsInOnePipeline(t *testing.T) {
 				p.Compare(t, send(cmds(gets...)), send(cmds(gets...)))
 				fills := metric(t, p.Proxy, "cicada_cache_fills_total", "") - before
 				return func() {
-					t.Logf("%d GETs of keys not cached in one pipeline: %v fills", keys, fills)
+					t.Logf("%d keys not cached, each read twice in one pipeline: %v fills", keys, fills)
 					if fills < keys/2 {
 						t.Errorf("%v fills, want most of the %d keys filled: the test did not fill them in one pipeline", fills, keys)
 					}
