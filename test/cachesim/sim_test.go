@@ -147,12 +147,16 @@ var scenario4 = load{keys: 1_000_000, zipfS: 0.99, getRatio: 0.9, rate: 60_000,
 // simulation per iteration: run it with -benchtime=1x.
 func BenchmarkSustainedZipf(b *testing.B) {
 	for b.Loop() {
-		r := simulate(b, scenario4, 100_000, 1)
-		b.ReportMetric(float64(r.hits)/float64(r.requests), "hits/req")
-		b.ReportMetric(float64(r.fills)/float64(r.requests), "fills/req")
-		b.ReportMetric(float64(r.replies), "replies")
-		b.ReportMetric(r.topCached, "top-cached")
+		report(b, simulate(b, scenario4, 100_000, 1))
 	}
+}
+
+// report gives a run's figures as the benchmark's metrics.
+func report(b *testing.B, r result) {
+	b.ReportMetric(float64(r.hits)/float64(r.requests), "hits/req")
+	b.ReportMetric(float64(r.fills)/float64(r.requests), "fills/req")
+	b.ReportMetric(float64(r.replies), "replies")
+	b.ReportMetric(r.topCached, "top-cached")
 }
 
 // BenchmarkShiftedZipf is BenchmarkSustainedZipf's traffic whose
@@ -163,11 +167,7 @@ func BenchmarkShiftedZipf(b *testing.B) {
 	l := scenario4
 	l.shift = 500_000
 	for b.Loop() {
-		r := simulate(b, l, 100_000, 1)
-		b.ReportMetric(float64(r.hits)/float64(r.requests), "hits/req")
-		b.ReportMetric(float64(r.fills)/float64(r.requests), "fills/req")
-		b.ReportMetric(float64(r.replies), "replies")
-		b.ReportMetric(r.topCached, "top-cached")
+		report(b, simulate(b, l, 100_000, 1))
 	}
 }
 
