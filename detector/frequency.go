@@ -103,14 +103,17 @@ func (f *frequency) rate(h uint64) float64 {
 	return float64(f.count(h)) * 1e9 / float64(max(f.span.Load(), int64(Window)))
 }
 
-// due reports whether sample accesses were counted since the last halving.
-func (f *frequency) due() bool {
+// counted is the accesses counted since start, all loops together.
+func (f *frequency) counted() uint64 {
 	var n uint64
 	for i := range f.adds {
 		n += f.adds[i].n.Load()
 	}
-	return n-f.halvedAt >= f.sample
+	return n
 }
+
+// due reports whether sample accesses were counted since the last halving.
+func (f *frequency) due() bool { return f.counted()-f.halvedAt >= f.sample }
 
 // age halves every counter when halve is true, starting a new period at
 // now, and updates the span that rates divide by. The janitor's.
@@ -121,11 +124,7 @@ func (f *frequency) age(now time.Time, halve bool) {
 				f.c[i].Store(v / 2)
 			}
 		}
-		var n uint64
-		for i := range f.adds {
-			n += f.adds[i].n.Load()
-		}
-		f.halvedAt = n
+		f.halvedAt = f.counted()
 		f.period, f.last = now.Sub(f.last), now
 	}
 	f.span.Store(int64(f.period + now.Sub(f.last)))
