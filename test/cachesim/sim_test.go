@@ -206,3 +206,18 @@ func TestSimulateRepeats(t *testing.T) {
 		t.Errorf("a cache of every key, reads only: %+v; want 95%% of requests hits, 80%% of keys cached", all)
 	}
 }
+
+// TestWriteLag checks the lag after a write: with keys written about as
+// often as the lag, a cache that may refill a key only once its write's
+// lag has passed answers fewer reads than one that refills at once, and
+// no fill starts inside a lag (the fills drop with it).
+func TestWriteLag(t *testing.T) {
+	l := load{keys: 100, zipfS: 0.99, getRatio: 0.9, rate: 10_000, duration: 5 * time.Second, measure: 2 * time.Second}
+	now := simulate(t, l, 100, 7)
+	l.writeLag = 20 * time.Millisecond
+	lagged := simulate(t, l, 100, 7)
+	t.Logf("no lag %+v, 20 ms %+v", now, lagged)
+	if lagged.requests != now.requests || lagged.hits >= now.hits || lagged.fills > now.fills {
+		t.Errorf("a 20 ms lag after each write: %+v; without: %+v; want fewer hits, no more fills", lagged, now)
+	}
+}
