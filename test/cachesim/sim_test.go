@@ -39,10 +39,11 @@ type result struct {
 
 // simulate drives a cache of capacity replies and its admission with l,
 // as the proxy does: every GET is counted (Admission.ObserveRead) and looked
-// up; a miss that Admission.Worth lets in is filled at once unless its key
-// was written less than l.writeLag before (a real fill also takes a round
-// trip, during which a write would drop it, and other reads of the key
-// wait for it); a SET evicts its key and is counted as an invalidation. The janitor's work
+// up; a miss that Admission.Worth lets in is filled at once unless its
+// key was written less than l.writeLag before (a real fill also takes a
+// round trip, during which a write would drop it, and other reads of the
+// key wait for it); a SET evicts its key and is counted as an
+// invalidation. The janitor's work
 // (proxy.Server.janitor, whose steps this repeats) runs on the proxy's
 // default schedule: Advance every 100 ms, then every 250 ms
 // (SweepInterval) the sweep and Rebar.
@@ -68,7 +69,7 @@ func simulate(tb testing.TB, l load, capacity int, seed uint64) result {
 	for i := range names {
 		names[i] = []byte("key:" + strconv.Itoa(i))
 	}
-	written := make([]int64, l.keys) // ns of virtual time after the last SET of each key, 0 if none
+	written := make([]int64, l.keys) // each key's last SET, in ns of virtual time (0: none yet)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	z := zipf.New(rng, l.keys, l.zipfS)
 	const ident = hotcache.Ident(1)

@@ -126,7 +126,7 @@ func main() {
 		fatal(err)
 	}
 	if o.rounds < 1 || o.np1 < 1 || o.np16 < 1 || o.clients < 1 || o.loops < 1 || o.loopsSweep < 0 || o.localKeys < 0 {
-		fatal(fmt.Errorf("harness: -rounds, -n-p1, -n-p16, -clients and -loops must be >= 1"))
+		fatal(fmt.Errorf("harness: -rounds, -n-p1, -n-p16, -clients and -loops must be >= 1, -loops-sweep and -bare-local-keys >= 0"))
 	}
 
 	o.workdir, err = os.MkdirTemp("", "cicada-bench-")
