@@ -210,6 +210,13 @@ type conversation struct {
 	// fillWaited: the request being parsed again waited for another
 	// connection's fill once; it does not wait again (mayAnswer).
 	fillWaited bool
+	// settleFound and settleHash are the hit a pauseSettle holds
+	// (settle.go): what the lookup found and the key's hash. settleAgain:
+	// its settle pass found it stale, and the request, parsed again, is
+	// decided at once.
+	settleFound hotcache.Found
+	settleHash  uint64
+	settleAgain bool
 	// wakeFill resumes the connection after a fill it waits for ended
 	// (the adapter's; loopEnv.endFill calls it).
 	wakeFill func()
@@ -405,6 +412,7 @@ const (
 	pauseFill                 // until another connection's fill of the key ends (session.fillWoken)
 	pauseRoute                // until the connection its request needs is ready: a lane open, its own enrolled (lane.go)
 	pauseSetup                // until its own connection has the client's state (setup's replies in, like pauseReplies)
+	pauseSettle               // a hit decided, its reply held until the loop's settle pass (settle.go); not parsed again unless that fails
 )
 
 // decision is what processClient does with a complete request.
@@ -438,6 +446,7 @@ const (
 	answerProve                      // cached for others: forward, and its reply proves this identity may read it
 	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
 	answerWaitFill                   // not cached, its fill in flight on another connection of the loop: wait for it
+	answerSettle                     // a hit, to be answered once the loop's settle pass finds nothing unapplied (settle.go)
 )
 
 // What Cicada's bookkeeping of one request Redis has not answered costs,

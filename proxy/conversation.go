@@ -594,6 +594,10 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 		return cv.forwardRead(&readInfo{key: k.Clone(), epoch: env.cache.Epoch()}), true
 	case answerFill:
 		return cv.forwardFill(&k), true
+	case answerSettle:
+		cv.pauseCounted = true
+		cv.pause = pauseSettle
+		return decidePause, true
 	case answerWaitFill:
 		cv.pauseCounted = true
 		cv.pause = pauseFill
@@ -623,7 +627,9 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 //     unapplied (settled, asked once per batch of requests), and what was
 //     found is still what the cache holds after asking (Cache.Current: a
 //     notification applied between the lookup and the ask would be in
-//     neither).
+//     neither). A hit that ends its batch, with nothing asked yet, leaves
+//     both to the loop's settle pass (answerSettle, settle.go), which asks
+//     once for all the hits of a poll.
 //
 // A key that is not cached is filled when the detector says it is hot, a
 // fill ticket is granted, and in Redis Cluster the node answers its slot.
@@ -662,6 +668,11 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 			// Let Redis see this one, or it closes the connection as idle
 			// (a client on a lane has no connection of its own to keep;
 			// Cicada applies Redis's timeout to it, see shrinkIdle).
+		case cv.loop.mayDefer && !cv.loop.unappliedAsked && !cv.settleAgain:
+			// Nothing asked yet for this batch: the loop's settle pass
+			// asks once for every hit held this way (settle.go).
+			cv.settleFound, cv.settleHash = f, k.Hash()
+			return answerSettle, nil
 		case !cv.loop.settled(env.fences, k.Hash()):
 			// A notification of a write (from outside Cicada, perhaps
 			// acknowledged already) is on its way into the cache.

@@ -126,6 +126,7 @@ func (h *convHarness) viaSession(t *testing.T, b string, n int) []byte {
 	h.s.onClientTraffic()
 	buf := make([]byte, 64<<10)
 	for deadline := time.Now().Add(5 * time.Second); ; {
+		runTasks(h.s)
 		if len(h.up.out) > 0 {
 			if _, err := h.redis.Write(h.up.out); err != nil {
 				t.Fatal(err)

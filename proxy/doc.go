@@ -19,7 +19,8 @@
 //	  │  loopState (loop.go)            timers, HOTKEYS (hotkeys_acl.go); the
 //	  │  lane (lane.go)                 loop's sessions and their sweep; the
 //	  │  dials (dial.go)                loop's lanes, shared upstream connections,
-//	  │  spare (spare.go)               and its spare, dialed ahead
+//	  │  spare (spare.go)               and its spare, dialed ahead; the settle
+//	  │  settle pass (settle.go)        pass that checks a poll's hits at once
 //	  ▼
 //	conversation (conv_state.go,        the connection's state as Redis confirmed it
 //	  conversation.go, conv_reply.go)   and the rules on requests and replies; no
@@ -71,7 +72,8 @@
 // proven readable by the connection's identity, and no keyspace
 // notification for it (nor a flush) has reached Cicada without being
 // applied yet (Fences.Unapplied, asked once per batch of requests
-// read from a connection): a write another client sent to Redis directly is
+// read from a connection, or once per poll for the hits that end their
+// batch: settle.go): a write another client sent to Redis directly is
 // seen as soon as its notification is in Cicada's socket. A miss on a hot key (the
 // detector's verdict) also sends a PTTL for the key right behind it; both
 // replies together, if no write or notification for the key intervened

@@ -128,11 +128,16 @@ type loopEnv struct {
 	// Fences.Unapplied for the connection being processed, asked at
 	// its first cache hit (see settled).
 	unappliedAsked bool
-	unappliedAll   bool
-	unapplied      []uint64
-	peek           []byte // Unapplied's scratch
-	refs           []command.KeyRef
-	stats          *loopStats
+	// mayDefer: the request being decided is the last one its batch holds,
+	// so a hit may wait for the loop's settle pass (settle.go) instead of
+	// asking Fences.Unapplied for itself. Set by processClient around
+	// each decision.
+	mayDefer     bool
+	unappliedAll bool
+	unapplied    []uint64
+	peek         []byte // Unapplied's scratch
+	refs         []command.KeyRef
+	stats        *loopStats
 	// fills are the loop's fills in flight and its keys in fill backoff,
 	// by hotcache.Key.ReadHash (fillOf). nil until the first fill.
 	fills map[uint64]*fillState

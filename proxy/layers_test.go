@@ -20,7 +20,7 @@ import (
 // them. A file may use what its own layer and the layers below declare.
 var layers = [][]string{
 	{"server.go", "admin.go", "metrics.go", "descriptors.go", "debug_hotkeys.go"},
-	{"session.go", "limits.go", "half.go", "loop.go", "lane.go", "dial.go", "spare.go", "hotkeys_acl.go"},
+	{"session.go", "limits.go", "half.go", "loop.go", "lane.go", "dial.go", "spare.go", "hotkeys_acl.go", "settle.go"},
 	{"conv_state.go", "conversation.go", "conv_reply.go"},
 	{"env.go", "identity.go", "ring.go", "latency.go", "hotkeys.go"},
 }

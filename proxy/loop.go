@@ -39,6 +39,13 @@ type loopState struct {
 	// spare is the loop's spare upstream connection, dialing or open
 	// (spare.go); nil: none.
 	spare *spare
+	// settling are the sessions whose hits wait for the settle pass, in
+	// the order they were held; settlingSpare is the other buffer, which
+	// the pass swaps in. settleQueued: the pass's task (settleTask) is
+	// queued on the loop (settle.go).
+	settling, settlingSpare []*session
+	settleQueued            bool
+	settleTask              gnet.Runnable
 }
 
 // Idle connections give back what a burst grew, as Redis shrinks the

@@ -64,6 +64,11 @@ type session struct {
 	drainWait  time.Duration // closeWhenFlushed's current poll interval
 	drainArmed bool          // its timer is pending
 	upLink     *upstreamLink
+	// settleN is the length in bytes of the request of the hit held for
+	// the settle pass (pauseSettle, settle.go); settleOK is that pass's
+	// verdict on it.
+	settleN  int
+	settleOK bool
 	// left is set on the loop once the client connection is gone
 	// (finishClose) and read by the dial goroutine, so that a dial
 	// waiting its turn is not made for a client that left.
@@ -227,6 +232,7 @@ const partialMin = 4 << 10
 // until it is empty, a request is incomplete, or parsing pauses.
 func (s *session) processClient() {
 	c := s.client
+	_, half := c.(*halfConn)
 	buf, _ := c.Peek(-1)
 	held := s.partial != nil
 	if held {
@@ -318,7 +324,11 @@ func (s *session) processClient() {
 			if s.srv.hk.On() { // the only cost of HOTKEYS while no session runs
 				d = s.onRequestCounted(n)
 			} else {
+				// A hit that ends the batch may wait for the settle pass
+				// (settle.go): nothing behind it waits with it.
+				l.mayDefer = !held && off+n == len(buf) && !half
 				d = s.onRequest(n)
+				l.mayDefer = false
 			}
 			// Requests held back by a pause are parsed at once when it ends:
 			// their bookkeeping counts against the limits every
@@ -330,8 +340,11 @@ func (s *session) processClient() {
 			}
 			switch d {
 			case decidePause:
-				if s.pause == pauseNone {
+				switch s.pause {
+				case pauseNone:
 					s.pause = pauseReplies
+				case pauseSettle:
+					s.holdHit(n)
 				}
 				continue
 			case decideOwn, decideSwitch:
