@@ -47,7 +47,7 @@ func TestSettleAnswersHeldHit(t *testing.T) {
 	s.processClient()
 	checkHeld(t, s, c, get)
 	c.in = append(append([]byte(nil), c.in...), bytes.Repeat(get, 2)...) // read while it is held
-	s.processClient()                                                     // as OnTraffic would: nothing is parsed
+	s.processClient()                                                    // as OnTraffic would: nothing is parsed
 	if len(c.out) != 0 {
 		t.Fatalf("answered %q while the hit ahead was held", c.out)
 	}
