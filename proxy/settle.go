@@ -73,7 +73,10 @@ func (l *loopState) settlePass(env *convEnv) {
 
 // settle ends s's pauseSettle: the held hit is answered if its pass found
 // it settled and current; otherwise its request is parsed again and
-// decided at once. What waited behind it is parsed next.
+// decided at once. What waited behind it is parsed next. A client that
+// half-closed meanwhile (half.go) is answered the same way, then goes on
+// toward its EOF; if halfConn.progress ran first, it sent the request to
+// Redis unframed and ended the pause, and nothing is left to do here.
 func (s *session) settle() {
 	if s.pause != pauseSettle {
 		return
@@ -86,7 +89,7 @@ func (s *session) settle() {
 	}
 	if !s.settleOK {
 		s.settleAgain = true
-		s.processClient()
+		s.parseOn()
 		s.settleAgain = false
 		return
 	}
@@ -95,7 +98,7 @@ func (s *session) settle() {
 	_, _ = s.client.Discard(s.settleN)
 	_, _ = s.client.Write(f.Reply)
 	s.checkOutput()
-	if !s.closing() && s.client.InboundBuffered() > 0 {
-		s.processClient()
+	if _, half := s.client.(*halfConn); half || (!s.closing() && s.client.InboundBuffered() > 0) {
+		s.parseOn() // a half-closed client's goes on even with nothing left: its EOF
 	}
 }

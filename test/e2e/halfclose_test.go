@@ -93,6 +93,10 @@ func TestHalfClose(t *testing.T) {
 		{"protocol error", "PING\r\n*abc\r\nPING\r\n"},
 		{"transaction never executed", cmds([]string{"MULTI"}, []string{"SET", "tx", "1"}) + cmd("GET", "tx")},
 		{"SELECT then cached read", cmds([]string{"SELECT", "0"}, []string{"GET", "hot"}, []string{"HGET", "h", "f"})},
+		// A hit that ends its batch waits for the loop's settle pass
+		// (proxy/settle.go), which may run after the EOF is read.
+		{"cached read alone", cmd("GET", "hot")},
+		{"cached reads", cmds([]string{"GET", "hot"}, []string{"HGET", "h", "f"})},
 	} {
 		want, werr := halfClosed(pair.Direct.Addr, tc.req, 0)
 		got, gerr := halfClosed(pair.Proxy.Addr, tc.req, 0)
