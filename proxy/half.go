@@ -79,6 +79,7 @@ func halfClose(s *session, c gnet.Conn, err error) bool {
 	if s.closing() || s.released() || s.srv.draining.Load() {
 		return false
 	}
+	s.settleNow() // a hit held for the settle pass: answered now, or pending
 	in := c.InboundBuffered()
 	pending := in > 0 || s.sent.len() > 0 || s.opacity != framed || (s.up != nil && s.up.OutboundBuffered() > 0)
 	if !pending {

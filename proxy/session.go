@@ -664,12 +664,6 @@ func (s *session) resume(p pause) {
 	}
 	s.pause = pauseNone
 	s.fillWaited = p == pauseFill
-	s.parseOn()
-}
-
-// parseOn parses what the client sent that waited, once a pause ended (a
-// half-closed client's goes on through halfConn.progress).
-func (s *session) parseOn() {
 	if h, half := s.client.(*halfConn); half {
 		h.progress()
 	} else {

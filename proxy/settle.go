@@ -22,7 +22,10 @@ import (
 // A hit the ask finds settled and still current (Cache.Current) is
 // answered then, its request consumed without being parsed again; any
 // other is parsed again and decided at once, asking for itself
-// (settleAgain).
+// (settleAgain). A client whose EOF is read while its hit is held has it
+// settled then (settleNow, from halfClose): its request must not count as
+// work left for Redis, which would give the client a connection of its
+// own just to pass the EOF on.
 
 // holdHit holds the hit the conversation just decided (answerSettle) for
 // the loop's settle pass; n is its request's length in bytes, left in the
@@ -71,34 +74,58 @@ func (l *loopState) settlePass(env *convEnv) {
 	l.settlingSpare = held[:0]
 }
 
-// settle ends s's pauseSettle: the held hit is answered if its pass found
-// it settled and current; otherwise its request is parsed again and
-// decided at once. What waited behind it is parsed next. A client that
-// half-closed meanwhile (half.go) is answered the same way, then goes on
-// toward its EOF; if halfConn.progress ran first, it sent the request to
-// Redis unframed and ended the pause, and nothing is left to do here.
+// settle ends s's pauseSettle from the settle pass: the held hit is
+// answered if the pass found it settled and current, and what waited
+// behind it is parsed next; otherwise its request is parsed again and
+// decided at once.
 func (s *session) settle() {
+	if s.pause != pauseSettle {
+		return // settled at the client's EOF (settleNow)
+	}
+	if s.closing() || s.released() {
+		s.pause, s.settleFound = pauseNone, hotcache.Found{}
+		return
+	}
+	if s.answerHeld() {
+		if !s.closing() && s.client.InboundBuffered() > 0 {
+			s.processClient()
+		}
+		return
+	}
+	s.settleAgain = true
+	s.processClient()
+	s.settleAgain = false
+}
+
+// settleNow settles s's held hit at once, asking Fences.Unapplied for
+// itself: the client's EOF was just read (halfClose), and what is left
+// pending for Redis is decided next. Answered, the request is gone, as it
+// would have been had the hit been answered when it was read; otherwise
+// it is parsed again with the rest (halfConn.progress).
+func (s *session) settleNow() {
 	if s.pause != pauseSettle {
 		return
 	}
+	l := s.el
+	l.unappliedAsked = false
+	s.settleOK = l.settled(s.srv.fences, s.settleHash) && s.srv.cache.Current(&s.settleFound)
+	s.answerHeld()
+}
+
+// answerHeld ends s's pauseSettle and, if its verdict (settleOK) allows,
+// answers the held hit: its request consumed, the cached reply written.
+// It reports whether it answered.
+func (s *session) answerHeld() bool {
 	s.pause = pauseNone
 	f := s.settleFound
 	s.settleFound = hotcache.Found{}
-	if s.closing() || s.released() {
-		return
-	}
 	if !s.settleOK {
-		s.settleAgain = true
-		s.parseOn()
-		s.settleAgain = false
-		return
+		return false
 	}
 	s.pauseCounted = false
 	s.el.stats.hits.Add(1) // before the reply: a client that got it sees it counted
 	_, _ = s.client.Discard(s.settleN)
 	_, _ = s.client.Write(f.Reply)
 	s.checkOutput()
-	if _, half := s.client.(*halfConn); half || (!s.closing() && s.client.InboundBuffered() > 0) {
-		s.parseOn() // a half-closed client's goes on even with nothing left: its EOF
-	}
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,50 @@ func halfClosed(addr, req string, wait time.Duration) ([]byte, error) {
 	time.Sleep(wait)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	return io.ReadAll(c)
+}
+
+// TestHalfCloseHeldHit: a client that sends one cached GET and shuts
+// down its side is answered from the cache and opens nothing on Redis,
+// as when the hit was answered the moment it was read. Held for the
+// loop's settle pass (proxy/settle.go), its request used to count as work
+// left for Redis at the EOF: the client was given a connection of its own
+// (761 Redis connections for 1,000 such clients), and where Redis refused
+// it (maxclients) its refusal followed the cached reply.
+func TestHalfCloseHeldHit(t *testing.T) {
+	pair := newPair(t, nil, cicadatest.Options{})
+	pair.LoadSample(t)
+	rc := client(t, pair.Behind.Addr, 2)
+	conns := func() int64 {
+		info, err := rc.Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "total_connections_received:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no total_connections_received in %q", info)
+		return 0
+	}
+	before, hitsBefore := conns(), hits(pair.Proxy)
+	const n = 100
+	for range n {
+		got, err := halfClosed(pair.Proxy.Addr, cmd("GET", "hot"), 0)
+		if err != nil || string(got) != "$9\r\nhot-value\r\n" {
+			t.Fatalf("GET hot, then the client's side shut down: %q (%v), want the cached value then EOF", got, err)
+		}
+	}
+	// A lane or spare may be dialed again meanwhile; a connection per
+	// client is what the test is after.
+	if more, h := conns()-before, hits(pair.Proxy)-hitsBefore; more > n/10 || h != n {
+		t.Errorf("%d clients sent a cached GET and shut down their side: Redis accepted %d connections, Cicada answered %d; want at most %d and %d",
+			n, more, h, n/10, n)
+	}
 }
 
 // TestHalfClose: a client that sends requests and shuts down its sending
