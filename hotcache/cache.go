@@ -145,6 +145,9 @@ type record struct {
 	bytes      int64
 	prev, next *record // insertion order, oldest first
 	seq        uint64  // insertion number: a smaller one is older
+	// skip: the key's next keyspace notification is the write that put
+	// its GET reply here (WriteThrough) and does not evict it.
+	skip bool
 }
 
 // stripe is one fill-guard counter pair, padded to its own cache line.
@@ -181,6 +184,8 @@ type Cache struct {
 	evicted [numReasons]atomic.Uint64 // replies evicted, by reason
 	fills   atomic.Uint64
 	unused  atomic.Uint64 // of those, keys that served no hit
+	// writeThroughs counts the GET replies WriteThrough kept.
+	writeThroughs atomic.Uint64
 	// expiring is the number of published entries with a TTL; written
 	// under mu, read by Sweep without it.
 	expiring atomic.Int64
@@ -460,11 +465,17 @@ func (c *Cache) Invalidate(k *Key, why Reason) {
 	}
 }
 
-// evictEntry removes the key of e if it is still cached.
+// evictEntry removes the key of e if it is still cached, unless why is
+// the notification a WriteThrough waits for.
 func (c *Cache) evictEntry(e *entry, why Reason) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := e.rec; r.e != nil && c.slotLocked(r.slot).e.Load() == r.e {
+	r := e.rec
+	switch {
+	case r.e == nil || c.slotLocked(r.slot).e.Load() != r.e:
+	case r.skip && why == ReasonNotification:
+		r.skip = false
+	default:
 		c.removeLocked(r, why)
 	}
 }

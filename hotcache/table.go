@@ -274,7 +274,10 @@ func (c *Cache) dropReplies(e *entry, dropGet bool, fields []string) {
 type Stats struct {
 	Replies int    // cached replies now
 	Bytes   int64  // accounted bytes now
-	Fills   uint64 // replies stored since start
+	Fills   uint64 // replies stored since start by Fill
+	// WriteThroughs counts the GET replies stored since start by
+	// WriteThrough: a write's value, cached at its +OK.
+	WriteThroughs uint64
 	// Unused counts keys evicted since start for room or as cold (not
 	// for a write, a notification, a TTL, a flush, a setting or the
 	// cluster: those end a key whatever admission did) that served no
@@ -292,6 +295,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Replies: c.replies, Bytes: c.bytes}
 	c.mu.Unlock()
 	s.Fills = c.fills.Load()
+	s.WriteThroughs = c.writeThroughs.Load()
 	s.Unused = c.unused.Load()
 	s.DoubleReleases = c.doubleReleases.Load()
 	for i := range s.Evicted {

@@ -240,6 +240,9 @@ func (cv *conversation) complete(rq *request, fr *resp.Frame) {
 			cv.tx.send = txSendQueue // a DISCARD refused (ACL)
 		}
 	}
+	if rq.through != nil && !fr.Attr && v.Type == resp.TypeSimple && bytes.Equal(v.Head(), okReply) {
+		cv.env.cache.WriteThrough(rq.through) // before its EndWrite
+	}
 	cv.releaseWrites(rq.stripes)
 	cv.releaseHold(rq.hold, rq.held)
 	switch {
@@ -298,6 +301,7 @@ func (cv *conversation) applyTx() {
 
 var (
 	queuedReply = []byte("QUEUED")
+	okReply     = []byte("OK")
 	hllMagic    = []byte("HYLL")
 )
 

@@ -101,19 +101,23 @@ type request struct {
 	subKind command.SubKind
 	subLeft int32 // slotSub: confirmations still expected; -1 = as many as subscriptions of subKind
 	stripes int32 // write stripes to release (the front of conversation.writes)
+	auth    bool  // AUTH, or HELLO with an AUTH option: the identity follows its reply
+	anon    bool  // AUTH/HELLO AUTH whose resulting user Cicada cannot name
+	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
+	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
+	// (The small fields come first: the request stays 72 bytes.)
+	rewrite cluster.Reply
 	arg     int64
 	// user is the user of AUTH or HELLO AUTH, or the value CLIENT SETNAME
 	// or CLIENT SETINFO sets (arg: which attribute, setInfoName or
 	// setInfoVer).
 	user string
-	auth bool // AUTH, or HELLO with an AUTH option: the identity follows its reply
-	anon bool // AUTH/HELLO AUTH whose resulting user Cicada cannot name
-	// rewrite: a CLUSTER SLOTS/SHARDS/NODES whose reply's node addresses
-	// Cicada rewrites (Config.AddrMap); ReplyNone for any other request.
-	rewrite cluster.Reply
-	held    *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
-	read    *readInfo      // GET/HGET bookkeeping, rare; an expectSwallow's fill
-	hk      *hkReq         // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
+	held *hotcache.Hold // the cache hold when hold is not holdNone, released with its reply
+	read *readInfo      // GET/HGET bookkeeping, rare; an expectSwallow's fill
+	// through: a SET of a cached key, whose +OK caches its value
+	// (hotcache.WriteThrough); nil for any other request.
+	through *hotcache.WriteThrough
+	hk      *hkReq // hot-key record, only while a HOTKEYS session is active (hotkeys.go)
 }
 
 // queuedAct is a connection state change queued in a transaction: it takes

@@ -460,6 +460,12 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		rq.hold = holdNone
 	default:
 		cache := cv.env.cache
+		if h == holdNone && len(keys) == 1 && isPlainSet(spec, args, argc) {
+			st, w := cache.BeginWriteThrough(&keys[0], args[2])
+			cv.writes.push(st)
+			rq.stripes, rq.through = 1, w
+			return
+		}
 		for i := range keys {
 			cv.writes.push(cache.BeginWrite(&keys[i]))
 			rq.stripes++
@@ -469,6 +475,13 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		}
 		rq.hold = h
 	}
+}
+
+// isPlainSet reports whether a command is SET key value, with no option:
+// its +OK says the key holds exactly value as a string, without a TTL
+// (hotcache.WriteThrough). args[2] is nil when it was too long to capture.
+func isPlainSet(spec *command.Spec, args [][]byte, argc int64) bool {
+	return argc == 3 && len(args) == 3 && spec.Name == "set" && args[2] != nil
 }
 
 // clearTxEffects forgets the effects of the queued transaction.

@@ -22,6 +22,8 @@ var (
 		"Misses on hot keys sent with a PTTL to fill the cache.", nil, nil)
 	descFills = prometheus.NewDesc("cicada_cache_fills_total",
 		"Replies stored in the cache.", nil, nil)
+	descWriteThroughs = prometheus.NewDesc("cicada_cache_write_throughs_total",
+		"Values of SET key value stored in the cache at Redis's +OK, for keys that had a cached GET reply.", nil, nil)
 	descUnsettled = prometheus.NewDesc("cicada_cache_hits_forwarded_total",
 		"Cached GET and HGET requests forwarded to Redis instead (and counted as misses) because a keyspace notification had arrived and was not yet applied.", nil, nil)
 	descEvictions = prometheus.NewDesc("cicada_cache_evictions_total",
@@ -86,7 +88,7 @@ type collector struct{ srv *Server }
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descUnsettled,
+	for _, d := range []*prometheus.Desc{descHits, descMisses, descForwarded, descFillsTried, descFills, descWriteThroughs, descUnsettled,
 		descEvictions, descReplies, descBytes, descBar, descUnusedFills, descSuspended, descHolds, descDoubleReleases, descConns, descMaxClients, descConnsTotal, descClosed, descInflight,
 		descLanes, descOwn, descSpares, descPins, descReturns, descUpErrors, descUpstreamLatency, descSubUp, descEvents, descSubConnects, descFlushes,
 		descClusterSlots, descClusterMaster, descClusterChanges, descClusterContradictions} {
@@ -133,6 +135,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descReplies, float64(st.Replies))
 	gauge(descBar, srv.adm.Bar())
 	counter(descUnusedFills, st.Unused)
+	counter(descWriteThroughs, st.WriteThroughs)
 	gauge(descBytes, float64(st.Bytes))
 	gauge(descSuspended, b2f(srv.cache.Suspended()))
 	gauge(descHolds, float64(srv.cache.Holds()))
