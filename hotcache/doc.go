@@ -29,6 +29,11 @@
 //
 //	BeginWrite(Key) before a write is forwarded: version++, inflight++,
 //	    evict; EndWrite at its reply: inflight--, version++
+//	BeginWriteThrough(Key, value) for SET key value of a cached key, then
+//	    WriteThrough at its +OK, before EndWrite: the value is cached if
+//	    the stripe's version moved at most once (the SET's own
+//	    notification, applied; unmoved, the key's next notification is
+//	    taken as it and does not evict) and no other write is in flight
 //	Invalidate(Key) on a keyspace notification: version++, evict
 //	Hold, then its Release exactly once, around writes whose keys are
 //	    unknown (scripts, MULTI/EXEC with them, a lost notification
