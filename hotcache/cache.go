@@ -145,9 +145,9 @@ type record struct {
 	bytes      int64
 	prev, next *record // insertion order, oldest first
 	seq        uint64  // insertion number: a smaller one is older
-	// skip: the key's next keyspace notification is the write that put
-	// its GET reply here (WriteThrough) and does not evict it.
-	skip bool
+	// skip: the key's next skip keyspace notifications are the write's
+	// that put its GET reply here (WriteThrough) and do not evict it.
+	skip uint8
 }
 
 // stripe is one fill-guard counter pair, padded to its own cache line.
@@ -473,8 +473,8 @@ func (c *Cache) evictEntry(e *entry, why Reason) {
 	r := e.rec
 	switch {
 	case r.e == nil || c.slotLocked(r.slot).e.Load() != r.e:
-	case r.skip && why == ReasonNotification:
-		r.skip = false
+	case r.skip > 0 && why == ReasonNotification:
+		r.skip--
 	default:
 		c.removeLocked(r, why)
 	}

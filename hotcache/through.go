@@ -1,30 +1,43 @@
 package hotcache
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // WriteThrough is a write of a cached key's whole value whose success puts
-// the new value back in the cache (a plain SET key value): BeginWriteThrough
-// hands it out when the write is sent, Cache.WriteThrough takes it at the
-// write's +OK. It holds the value's GET reply, built at send, and is owned
-// by the connection that sent the write until then.
+// the new value back in the cache (SET key value, with EX or PX or
+// nothing): BeginWriteThrough hands it out when the write is sent,
+// Cache.WriteThrough takes it at the write's +OK. It holds the value's GET
+// reply, built at send, and is owned by the connection that sent the
+// write until then.
 type WriteThrough struct {
-	key     Key // its own bytes (Clone)
-	reply   []byte
-	readers []Ident // the evicted GET reply's: who Redis let read the key
-	epoch   uint64
-	version uint64 // the stripe's version right after this write's start
-	stripe  uint32
+	key      Key // its own bytes (Clone)
+	reply    []byte
+	readers  []Ident // the evicted GET reply's: who Redis let read the key
+	epoch    uint64
+	version  uint64 // the stripe's version right after this write's start
+	expireAt int64  // Now() reading at send plus the TTL; 0 = no TTL
+	notes    uint8  // keyspace notifications the write makes: set (and expire)
+	stripe   uint32
 }
 
+// MaxThroughTTL is the longest TTL a write-through caches, in ms (about
+// three years): Now() readings plus it stay far from overflowing.
+const MaxThroughTTL = 100_000_000_000
+
 // BeginWriteThrough is BeginWrite for a write that sets k's whole value to
-// value and has no other effect (SET key value): it evicts and blocks
-// fills as BeginWrite does, and returns the stripe to pass to EndWrite.
-// When k had a GET reply cached and value would be cached (not over
-// MaxValue, not a denied key), it also returns a WriteThrough to pass to
-// Cache.WriteThrough at the write's +OK, so the key's next reads are hits
-// instead of a refill (a GET and a PTTL). value is copied; w is nil
+// value, with a TTL of ttl ms (1 to MaxThroughTTL) or none (0), and has no
+// other effect (SET key value, SET key value PX ttl): it evicts and
+// blocks fills as BeginWrite does, and returns the stripe to pass to
+// EndWrite. When k had a GET reply cached and value would be cached (not
+// over MaxValue, not a denied key), it also returns a WriteThrough to pass
+// to Cache.WriteThrough at the write's +OK, so the key's next reads are
+// hits instead of a refill (a GET and a PTTL). The key's expiry is taken
+// from now, the write's send: Redis, which starts the TTL when it runs
+// the write, expires the key no sooner. value is copied; w is nil
 // otherwise. Safe from any goroutine.
-func (c *Cache) BeginWriteThrough(k *Key, value []byte) (stripe uint32, w *WriteThrough) {
+func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint32, w *WriteThrough) {
 	s := uint32(k.hash & c.smask)
 	st := &c.stripes[s]
 	st.inflight.Add(1)
@@ -40,35 +53,46 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte) (stripe uint32, w *Write
 	if deny := c.denied.Load(); deny != nil && (*deny)(k.name) {
 		return s, nil
 	}
+	if ttl < 0 || ttl > MaxThroughTTL {
+		return s, nil
+	}
 	reply := make([]byte, 0, len(value)+16)
 	reply = append(strconv.AppendInt(append(reply, '$'), int64(len(value)), 10), '\r', '\n')
 	reply = append(append(reply, value...), '\r', '\n')
-	return s, &WriteThrough{key: k.Clone(), reply: reply, readers: e.get.readers,
-		epoch: c.epoch.Load(), version: version, stripe: s}
+	w = &WriteThrough{key: k.Clone(), reply: reply, readers: e.get.readers,
+		epoch: c.epoch.Load(), version: version, notes: 1, stripe: s}
+	if ttl > 0 {
+		w.expireAt, w.notes = c.now()+ttl*int64(time.Millisecond), 2
+	}
+	return s, w
 }
 
 // WriteThrough caches w's value as its key's GET reply, once Redis has
 // answered the write +OK; call it before the write's EndWrite. It reports
 // whether the reply was kept.
 //
-// The write's own keyspace notification may reach Cicada before or after
-// its reply. The write's stripe shows which: its version has not moved
-// since the write started (the notification is still to come; the key's
-// next notification is taken as it and does not evict), or moved once
-// (taken as the notification, applied; the next one evicts). Anything
-// else refuses: another write of the stripe in flight or ended, two
-// notifications, a flush, a hold, an ACL change (the epoch). Where the
-// one move was another key's notification, or an earlier write's, the
-// write's own notification evicts the reply when it comes: a lost hit,
-// never a stale one. A reply kept with its notification still to come is
-// served meanwhile: its value is the key's since the write ran, as a
-// fill's is since its GET ran.
+// The write's own keyspace notifications (set, then expire when it sets a
+// TTL: Redis sends both, in that order, for every SET with EX or PX) may
+// reach Cicada before or after its reply. The write's stripe shows how
+// many have: its version moved by m since the write started, m no more
+// than the write's notifications n. The key's next n−m notifications are
+// taken as the write's and do not evict; the one after evicts. Anything
+// else refuses: another write of the stripe in flight or ended, more
+// moves than notifications, a flush, a hold, an ACL change (the epoch),
+// an expiry already past. A move that was not the write's own (another
+// key's notification, or an earlier write's) only lowers how many are
+// taken: the write's own then evict the reply when they come, a lost hit,
+// never a stale one. Taking more would be the danger: a later write's
+// notification taken as the write's. A reply kept with notifications
+// still to come is served meanwhile: its value is the key's since the
+// write ran, as a fill's is since its GET ran.
 func (c *Cache) WriteThrough(w *WriteThrough) bool {
 	st := &c.stripes[w.stripe]
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	moved := st.version.Load() - w.version
-	if c.suspended.Load() != 0 || c.epoch.Load() != w.epoch || st.inflight.Load() != 1 || moved > 1 {
+	if c.suspended.Load() != 0 || c.epoch.Load() != w.epoch || st.inflight.Load() != 1 ||
+		moved > uint64(w.notes) || (w.expireAt != 0 && c.now() >= w.expireAt) {
 		return false
 	}
 	k := &w.key
@@ -77,7 +101,7 @@ func (c *Cache) WriteThrough(w *WriteThrough) bool {
 	}
 	r := &reply{bytes: w.reply, readers: w.readers}
 	r.pending.Store(true)
-	rec := c.upsertLocked(k.db, k.hash, k.name, func(e *entry) { e.get = r })
+	rec := c.upsertLocked(k.db, k.hash, k.name, func(e *entry) { e.get, e.expireAt = r, w.expireAt })
 	if rec == nil {
 		return false
 	}
@@ -87,7 +111,7 @@ func (c *Cache) WriteThrough(w *WriteThrough) bool {
 		c.removeLocked(rec, ReasonNotification)
 		return false
 	}
-	rec.skip = moved == 0
+	rec.skip = w.notes - uint8(moved)
 	r.pending.Store(false)
 	c.writeThroughs.Add(1)
 	return true

@@ -3,15 +3,16 @@ package hotcache
 import (
 	"bytes"
 	"testing"
+	"time"
 )
 
-// writeThrough runs a SET k value of a cached key up to its +OK: between
-// the write's start and its reply, during runs (the events that reached
-// the cache meanwhile). It reports what WriteThrough kept; the write is
-// ended after it, as the proxy does.
-func writeThrough(t *testing.T, c *Cache, k *Key, value string, during func()) bool {
+// writeThrough runs a SET k value [PX ttl] of a cached key up to its +OK:
+// between the write's start and its reply, during runs (the events that
+// reached the cache meanwhile). It reports what WriteThrough kept; the
+// write is ended after it, as the proxy does.
+func writeThrough(t *testing.T, c *Cache, k *Key, value string, ttl int64, during func()) bool {
 	t.Helper()
-	st, w := c.BeginWriteThrough(k, []byte(value))
+	st, w := c.BeginWriteThrough(k, []byte(value), ttl)
 	if w == nil {
 		c.EndWrite(st)
 		t.Fatal("BeginWriteThrough of a cached key: no WriteThrough")
@@ -24,35 +25,83 @@ func writeThrough(t *testing.T, c *Cache, k *Key, value string, during func()) b
 	return kept
 }
 
-// TestWriteThroughNotification: the write's own notification, whether it
-// comes before or after the write's reply, does not evict the value the
-// reply cached; the next one does.
+// TestWriteThroughNotification: the write's own notifications (set, and
+// expire for a SET with a TTL), however many of them come before the
+// write's reply, do not evict the value the reply cached; the next one
+// does.
 func TestWriteThroughNotification(t *testing.T) {
 	k := keyOf("k")
-	for _, before := range []bool{false, true} {
-		c, _ := newTestCache(t, 100, 1<<20)
-		if !fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) {
-			t.Fatal("fill refused")
+	for _, ttl := range []int64{0, 10_000} {
+		notes := 1
+		if ttl > 0 {
+			notes = 2
 		}
-		var during func()
-		if before {
-			during = func() { c.Invalidate(k, ReasonNotification) }
-		}
-		if !writeThrough(t, c, k, "new", during) {
-			t.Fatalf("notification before the reply %v: WriteThrough refused", before)
-		}
-		if got, st := get(c, "k", 1, 2); st != Hit || got != "$3\r\nnew\r\n" {
-			t.Fatalf("after the write: %q %v, want the new value", got, st)
-		}
-		if !before {
-			c.Invalidate(k, ReasonNotification) // the write's own
-			if got, st := get(c, "k", 1, 2); st != Hit || got != "$3\r\nnew\r\n" {
-				t.Fatalf("after its notification: %q %v, want the new value", got, st)
+		for before := 0; before <= notes; before++ {
+			c, _ := newTestCache(t, 100, 1<<20)
+			if !fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) {
+				t.Fatal("fill refused")
+			}
+			during := func() {
+				for range before {
+					c.Invalidate(k, ReasonNotification)
+				}
+			}
+			if !writeThrough(t, c, k, "new", ttl, during) {
+				t.Fatalf("TTL %d, %d notifications before the reply: WriteThrough refused", ttl, before)
+			}
+			for i := before; i <= notes; i++ {
+				if got, st := get(c, "k", 1, 2); st != Hit || got != "$3\r\nnew\r\n" {
+					t.Fatalf("TTL %d, %d before the reply, after %d: %q %v, want the new value", ttl, before, i, got, st)
+				}
+				if i < notes {
+					c.Invalidate(k, ReasonNotification) // the write's own
+				}
+			}
+			c.Invalidate(k, ReasonNotification) // a later write's
+			if got, st := get(c, "k", 1, 2); st != Miss {
+				t.Errorf("TTL %d, %d before the reply: after a later write's notification: %q %v, want Miss", ttl, before, got, st)
 			}
 		}
-		c.Invalidate(k, ReasonNotification) // a later write's
-		if got, st := get(c, "k", 1, 2); st != Miss {
-			t.Errorf("notification before the reply %v: after a later write's notification: %q %v, want Miss", before, got, st)
+	}
+}
+
+// TestWriteThroughTTL: a SET with a TTL caches its value until the TTL,
+// counted from the write's send, has passed; one whose TTL passed before
+// its reply caches nothing.
+func TestWriteThroughTTL(t *testing.T) {
+	k := keyOf("k")
+	c, clk := newTestCache(t, 100, 1<<20)
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+	if !writeThrough(t, c, k, "new", 50, func() { clk.ns.Add(int64(10 * time.Millisecond)) }) {
+		t.Fatal("WriteThrough refused")
+	}
+	clk.ns.Add(int64(39 * time.Millisecond))
+	if got, st := get(c, "k", 1, 2); st != Hit || got != "$3\r\nnew\r\n" {
+		t.Fatalf("49 ms after the send: %q %v, want the new value", got, st)
+	}
+	clk.ns.Add(int64(time.Millisecond))
+	if got, st := get(c, "k", 1, 2); st != Miss {
+		t.Fatalf("50 ms after the send: %q %v, want Miss", got, st)
+	}
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+	if writeThrough(t, c, k, "new", 5, func() { clk.ns.Add(int64(5 * time.Millisecond)) }) {
+		t.Error("a TTL that passed before the reply: WriteThrough kept the value")
+	}
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+	three := func() {
+		for range 3 {
+			c.Invalidate(k, ReasonNotification)
+		}
+	}
+	if writeThrough(t, c, k, "new", 5000, three) {
+		t.Error("three notifications before the reply of a SET with a TTL: WriteThrough kept the value")
+	}
+	for _, ttl := range []int64{-1, MaxThroughTTL + 1} {
+		fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+		st, w := c.BeginWriteThrough(k, []byte("new"), ttl)
+		c.EndWrite(st)
+		if w != nil {
+			t.Errorf("TTL %d: got a WriteThrough", ttl)
 		}
 	}
 }
@@ -90,7 +139,7 @@ func TestWriteThroughRefused(t *testing.T) {
 		if !fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) {
 			t.Fatal("fill refused")
 		}
-		if writeThrough(t, c, k, "new", func() { ev.do(c) }) {
+		if writeThrough(t, c, k, "new", 0, func() { ev.do(c) }) {
 			t.Errorf("%s: WriteThrough kept the value", ev.name)
 		}
 		if got, st := get(c, "k", 1, 2); st == Hit {
@@ -121,7 +170,7 @@ func TestWriteThroughOnlyCached(t *testing.T) {
 			tc.setup()
 		}
 		k := keyOf(tc.key)
-		st, w := c.BeginWriteThrough(k, []byte(tc.value))
+		st, w := c.BeginWriteThrough(k, []byte(tc.value), 0)
 		if w != nil {
 			t.Errorf("%s: got a WriteThrough", tc.name)
 		}
@@ -141,7 +190,7 @@ func TestWriteThroughReaders(t *testing.T) {
 	c, _ := newTestCache(t, 100, 1<<20)
 	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) // read by identity 1
 	c.AddReader(c.Epoch(), keyOf("k"), 2)
-	st, w := c.BeginWriteThrough(keyOf("k"), []byte("new"))
+	st, w := c.BeginWriteThrough(keyOf("k"), []byte("new"), 0)
 	if !c.WriteThrough(w) {
 		t.Fatal("WriteThrough refused")
 	}

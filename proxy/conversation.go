@@ -460,11 +460,13 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		rq.hold = holdNone
 	default:
 		cache := cv.env.cache
-		if h == holdNone && len(keys) == 1 && isPlainSet(spec, args, argc) {
-			st, w := cache.BeginWriteThrough(&keys[0], args[2])
-			cv.writes.push(st)
-			rq.stripes, rq.through = 1, w
-			return
+		if h == holdNone && len(keys) == 1 {
+			if ttl, ok := throughSet(spec, args, argc); ok {
+				st, w := cache.BeginWriteThrough(&keys[0], args[2], ttl)
+				cv.writes.push(st)
+				rq.stripes, rq.through = 1, w
+				return
+			}
 		}
 		for i := range keys {
 			cv.writes.push(cache.BeginWrite(&keys[i]))
@@ -477,11 +479,46 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 	}
 }
 
-// isPlainSet reports whether a command is SET key value, with no option:
-// its +OK says the key holds exactly value as a string, without a TTL
-// (hotcache.WriteThrough). args[2] is nil when it was too long to capture.
-func isPlainSet(spec *command.Spec, args [][]byte, argc int64) bool {
-	return argc == 3 && len(args) == 3 && spec.Name == "set" && args[2] != nil
+// throughSet reports whether a command is SET key value with no option
+// but EX seconds or PX milliseconds, whose +OK says the key holds exactly
+// value as a string, with that TTL or none (hotcache.WriteThrough), and
+// returns the TTL in ms (0: none). A TTL is taken only as digits with no
+// sign or leading zero, up to hotcache.MaxThroughTTL ms, where Redis reads
+// the same number; anything else is not written through. args[2] is nil
+// when it was too long to capture; spec is nil for a command Redis does
+// not know.
+func throughSet(spec *command.Spec, args [][]byte, argc int64) (ttl int64, ok bool) {
+	if spec == nil || spec.Name != "set" || int64(len(args)) != argc || argc < 3 || args[2] == nil {
+		return 0, false
+	}
+	switch {
+	case argc == 3:
+		return 0, true
+	case argc != 5:
+		return 0, false
+	}
+	n, digits := args[4], int64(0)
+	if len(n) == 0 || len(n) > 12 || n[0] == '0' {
+		return 0, false
+	}
+	for _, d := range n {
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		digits = digits*10 + int64(d-'0')
+	}
+	switch {
+	case command.EqualFold(args[3], "px"):
+		ttl = digits
+	case command.EqualFold(args[3], "ex"):
+		ttl = digits * 1000
+	default:
+		return 0, false
+	}
+	if ttl > hotcache.MaxThroughTTL {
+		return 0, false
+	}
+	return ttl, true
 }
 
 // clearTxEffects forgets the effects of the queued transaction.

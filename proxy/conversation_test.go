@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cicada-proxy/cicada/cluster"
+	"github.com/cicada-proxy/cicada/command"
 	"github.com/cicada-proxy/cicada/detector"
 	"github.com/cicada-proxy/cicada/hotcache"
 	"github.com/cicada-proxy/cicada/resp"
@@ -574,5 +575,56 @@ func TestRoute(t *testing.T) {
 	}
 	for cv.sent.len() > 0 {
 		cv.dequeue()
+	}
+}
+
+// TestThroughSet: only SET key value, alone or with EX or PX and a TTL
+// written as Redis reads it, is written through, with its TTL in ms.
+func TestThroughSet(t *testing.T) {
+	cases := []struct {
+		args []string
+		ttl  int64
+		ok   bool
+	}{
+		{[]string{"SET", "k", "v"}, 0, true},
+		{[]string{"set", "k", "v", "EX", "10"}, 10_000, true},
+		{[]string{"SET", "k", "v", "px", "1500"}, 1500, true},
+		{[]string{"SET", "k", "v", "Px", "100000000000"}, 100_000_000_000, true},
+		{[]string{"SET", "k", "v", "PX", "100000000001"}, 0, false}, // over MaxThroughTTL
+		{[]string{"SET", "k", "v", "EX", "100000000"}, 100_000_000_000, true},
+		{[]string{"SET", "k", "v", "EX", "100000001"}, 0, false},
+		{[]string{"SET", "k", "v", "EX", "0"}, 0, false},   // Redis: invalid expire time
+		{[]string{"SET", "k", "v", "EX", "010"}, 0, false}, // Redis: not an integer
+		{[]string{"SET", "k", "v", "EX", "-5"}, 0, false},
+		{[]string{"SET", "k", "v", "EX", "+5"}, 0, false},
+		{[]string{"SET", "k", "v", "EX", ""}, 0, false},
+		{[]string{"SET", "k", "v", "EX", "9999999999999"}, 0, false},
+		{[]string{"SET", "k", "v", "EXAT", "10"}, 0, false},
+		{[]string{"SET", "k", "v", "PXAT", "10"}, 0, false},
+		{[]string{"SET", "k", "v", "KEEPTTL"}, 0, false},
+		{[]string{"SET", "k", "v", "NX"}, 0, false},
+		{[]string{"SET", "k", "v", "EX", "10", "XX"}, 0, false},
+		{[]string{"SET", "k", "v", "GET"}, 0, false},
+		{[]string{"SET", "k"}, 0, false},
+		{[]string{"SETEX", "k", "10", "v"}, 0, false},
+		{[]string{"GETSET", "k", "v"}, 0, false},
+	}
+	for _, tc := range cases {
+		args := make([][]byte, len(tc.args))
+		for i, a := range tc.args {
+			args[i] = []byte(a)
+		}
+		ttl, ok := throughSet(command.Resolve(args), args, int64(len(args)))
+		if ttl != tc.ttl || ok != tc.ok {
+			t.Errorf("%q: %d %v, want %d %v", tc.args, ttl, ok, tc.ttl, tc.ok)
+		}
+	}
+	args := [][]byte{[]byte("SET"), []byte("k"), nil} // a value too big to capture
+	if _, ok := throughSet(command.Resolve(args), args, 3); ok {
+		t.Error("an uncaptured value: written through")
+	}
+	args = [][]byte{[]byte("SET"), []byte("k"), []byte("v")} // arguments past the captured ones
+	if _, ok := throughSet(command.Resolve(args), args, 5); ok {
+		t.Error("uncaptured arguments: written through")
 	}
 }
