@@ -29,8 +29,8 @@
 //
 //	BeginWrite(Key) before a write is forwarded: version++, inflight++,
 //	    evict; EndWrite at its reply: inflight--, version++
-//	BeginWriteThrough(Key, value, ttl) for SET key value [EX|PX ttl] of a
-//	    cached key, then WriteThrough at its +OK, before EndWrite: the
+//	BeginWriteThrough(Key, value, ttl) for SET key value [EX|PX ttl],
+//	    SETEX or PSETEX of a cached key, then WriteThrough at its +OK, before EndWrite: the
 //	    value is cached if the stripe's version moved at most n times,
 //	    n the SET's own notifications (set, and expire with a TTL), and no
 //	    other write is in flight; the key's next n minus the moves

@@ -7,7 +7,7 @@ import (
 
 // WriteThrough is a write of a cached key's whole value whose success puts
 // the new value back in the cache (SET key value, with EX or PX or
-// nothing): BeginWriteThrough hands it out when the write is sent,
+// nothing; SETEX; PSETEX): BeginWriteThrough hands it out when the write is sent,
 // Cache.WriteThrough takes it at the write's +OK. It holds the value's GET
 // reply, built at send, and is owned by the connection that sent the
 // write until then.
@@ -28,7 +28,7 @@ const MaxThroughTTL = 100_000_000_000
 
 // BeginWriteThrough is BeginWrite for a write that sets k's whole value to
 // value, with a TTL of ttl ms (1 to MaxThroughTTL) or none (0), and has no
-// other effect (SET key value, SET key value PX ttl): it evicts and
+// other effect (SET key value, SET key value PX ttl, SETEX): it evicts and
 // blocks fills as BeginWrite does, and returns the stripe to pass to
 // EndWrite. When k had a GET reply cached and value would be cached (not
 // over MaxValue, not a denied key), it also returns a WriteThrough to pass

@@ -461,8 +461,8 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 	default:
 		cache := cv.env.cache
 		if h == holdNone && len(keys) == 1 {
-			if ttl, ok := throughSet(spec, args, argc); ok {
-				st, w := cache.BeginWriteThrough(&keys[0], args[2], ttl)
+			if value, ttl, ok := throughSet(spec, args, argc); ok {
+				st, w := cache.BeginWriteThrough(&keys[0], value, ttl)
 				cv.writes.push(st)
 				rq.stripes, rq.through = 1, w
 				return
@@ -479,46 +479,48 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 	}
 }
 
-// throughSet reports whether a command is SET key value with no option
-// but EX seconds or PX milliseconds, whose +OK says the key holds exactly
-// value as a string, with that TTL or none (hotcache.WriteThrough), and
-// returns the TTL in ms (0: none). A TTL is taken only as digits with no
-// sign or leading zero, up to hotcache.MaxThroughTTL ms, where Redis reads
-// the same number; anything else is not written through. args[2] is nil
-// when it was too long to capture; spec is nil for a command Redis does
-// not know.
-func throughSet(spec *command.Spec, args [][]byte, argc int64) (ttl int64, ok bool) {
-	if spec == nil || spec.Name != "set" || int64(len(args)) != argc || argc < 3 || args[2] == nil {
-		return 0, false
+// throughSet reports whether a command sets a string key to a value and
+// nothing else, so that its +OK says the key holds exactly that value,
+// with a TTL or none (hotcache.WriteThrough): SET key value with no option
+// but EX seconds or PX milliseconds, SETEX key seconds value, PSETEX key
+// milliseconds value. It returns the value and the TTL in ms (0: none). A
+// TTL is taken only as digits with no sign or leading zero, up to
+// hotcache.MaxThroughTTL ms, where Redis reads the same number; anything
+// else is not written through. An argument too long to capture is nil;
+// spec is nil for a command Redis does not know.
+func throughSet(spec *command.Spec, args [][]byte, argc int64) (value []byte, ttl int64, ok bool) {
+	if spec == nil || int64(len(args)) != argc {
+		return nil, 0, false
 	}
+	var n []byte
+	var unit int64
 	switch {
-	case argc == 3:
-		return 0, true
-	case argc != 5:
-		return 0, false
+	case spec.Name == "set" && argc == 3:
+		return args[2], 0, args[2] != nil
+	case spec.Name == "set" && argc == 5 && command.EqualFold(args[3], "ex"):
+		value, n, unit = args[2], args[4], 1000
+	case spec.Name == "set" && argc == 5 && command.EqualFold(args[3], "px"):
+		value, n, unit = args[2], args[4], 1
+	case spec.Name == "setex" && argc == 4:
+		value, n, unit = args[3], args[2], 1000
+	case spec.Name == "psetex" && argc == 4:
+		value, n, unit = args[3], args[2], 1
+	default:
+		return nil, 0, false
 	}
-	n, digits := args[4], int64(0)
-	if len(n) == 0 || len(n) > 12 || n[0] == '0' {
-		return 0, false
+	if value == nil || len(n) == 0 || len(n) > 12 || n[0] == '0' {
+		return nil, 0, false
 	}
 	for _, d := range n {
 		if d < '0' || d > '9' {
-			return 0, false
+			return nil, 0, false
 		}
-		digits = digits*10 + int64(d-'0')
+		ttl = ttl*10 + int64(d-'0')
 	}
-	switch {
-	case command.EqualFold(args[3], "px"):
-		ttl = digits
-	case command.EqualFold(args[3], "ex"):
-		ttl = digits * 1000
-	default:
-		return 0, false
+	if ttl *= unit; ttl > hotcache.MaxThroughTTL {
+		return nil, 0, false
 	}
-	if ttl > hotcache.MaxThroughTTL {
-		return 0, false
-	}
-	return ttl, true
+	return value, ttl, true
 }
 
 // clearTxEffects forgets the effects of the queued transaction.

@@ -578,8 +578,9 @@ func TestRoute(t *testing.T) {
 	}
 }
 
-// TestThroughSet: only SET key value, alone or with EX or PX and a TTL
-// written as Redis reads it, is written through, with its TTL in ms.
+// TestThroughSet: only SET key value, alone or with EX or PX, SETEX and
+// PSETEX, with a TTL written as Redis reads it, are written through, with
+// their value and their TTL in ms.
 func TestThroughSet(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -606,7 +607,12 @@ func TestThroughSet(t *testing.T) {
 		{[]string{"SET", "k", "v", "EX", "10", "XX"}, 0, false},
 		{[]string{"SET", "k", "v", "GET"}, 0, false},
 		{[]string{"SET", "k"}, 0, false},
-		{[]string{"SETEX", "k", "10", "v"}, 0, false},
+		{[]string{"SETEX", "k", "10", "v"}, 10_000, true},
+		{[]string{"psetex", "k", "10", "v"}, 10, true},
+		{[]string{"SETEX", "k", "0", "v"}, 0, false},
+		{[]string{"PSETEX", "k", "1e3", "v"}, 0, false},
+		{[]string{"SETEX", "k", "10"}, 0, false},
+		{[]string{"SETNX", "k", "v"}, 0, false},
 		{[]string{"GETSET", "k", "v"}, 0, false},
 	}
 	for _, tc := range cases {
@@ -614,17 +620,25 @@ func TestThroughSet(t *testing.T) {
 		for i, a := range tc.args {
 			args[i] = []byte(a)
 		}
-		ttl, ok := throughSet(command.Resolve(args), args, int64(len(args)))
-		if ttl != tc.ttl || ok != tc.ok {
-			t.Errorf("%q: %d %v, want %d %v", tc.args, ttl, ok, tc.ttl, tc.ok)
+		value, ttl, ok := throughSet(command.Resolve(args), args, int64(len(args)))
+		if ttl != tc.ttl || ok != tc.ok || (ok && string(value) != "v") {
+			t.Errorf("%q: %q %d %v, want \"v\" %d %v", tc.args, value, ttl, ok, tc.ttl, tc.ok)
 		}
 	}
-	args := [][]byte{[]byte("SET"), []byte("k"), nil} // a value too big to capture
-	if _, ok := throughSet(command.Resolve(args), args, 3); ok {
-		t.Error("an uncaptured value: written through")
+	for _, args := range [][][]byte{
+		{[]byte("SET"), []byte("k"), nil}, // a value too big to capture
+		{[]byte("SET"), []byte("k"), nil, []byte("EX"), []byte("10")},
+		{[]byte("SETEX"), []byte("k"), []byte("10"), nil},
+	} {
+		if _, _, ok := throughSet(command.Resolve(args), args, int64(len(args))); ok {
+			t.Errorf("%q: an uncaptured value written through", args)
+		}
 	}
-	args = [][]byte{[]byte("SET"), []byte("k"), []byte("v")} // arguments past the captured ones
-	if _, ok := throughSet(command.Resolve(args), args, 5); ok {
+	args := [][]byte{[]byte("SET"), []byte("k"), []byte("v")} // arguments past the captured ones
+	if _, _, ok := throughSet(command.Resolve(args), args, 5); ok {
 		t.Error("uncaptured arguments: written through")
+	}
+	if _, _, ok := throughSet(nil, args, 3); ok {
+		t.Error("a command Redis does not know: written through")
 	}
 }

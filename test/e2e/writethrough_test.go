@@ -17,17 +17,27 @@ func waitEvents(t *testing.T, p *cicadatest.Proxy, start, n uint64) {
 	waitFor(t, func() bool { return p.Sub.Events()-start >= n })
 }
 
-// throughForms are the SETs whose +OK puts their value in the cache, each
-// with the keyspace notifications it makes (set, and expire with a TTL).
-var throughForms = []struct {
-	opts  []any
+// throughForm is a write whose +OK puts its value in the cache, with the
+// keyspace notifications it makes (set, and expire with a TTL).
+type throughForm struct {
+	name  string
+	cmd   func(key, value string) []any
 	notes uint64
-}{{nil, 1}, {[]any{"EX", "100"}, 2}, {[]any{"px", "100000"}, 2}}
+}
 
-// set runs SET key value opts... on rc.
-func set(t *testing.T, rc *redis.Client, key, value string, opts []any) {
+// throughForms: SET with no option, with EX, with PX; SETEX; PSETEX.
+var throughForms = []throughForm{
+	{"SET", func(k, v string) []any { return []any{"SET", k, v} }, 1},
+	{"SET EX", func(k, v string) []any { return []any{"SET", k, v, "EX", "100"} }, 2},
+	{"SET px", func(k, v string) []any { return []any{"SET", k, v, "px", "100000"} }, 2},
+	{"SETEX", func(k, v string) []any { return []any{"SETEX", k, "100", v} }, 2},
+	{"PSETEX", func(k, v string) []any { return []any{"PSETEX", k, "100000", v} }, 2},
+}
+
+// set runs form's write of key to value on rc.
+func set(t *testing.T, rc *redis.Client, key, value string, form throughForm) {
 	t.Helper()
-	mustDo(t, rc, append([]any{"SET", key, value}, opts...)...)
+	mustDo(t, rc, form.cmd(key, value)...)
 }
 
 // TestWriteThrough: a SET key value (with EX or PX or nothing) of a cached
@@ -48,12 +58,12 @@ func TestWriteThrough(t *testing.T) {
 		form := throughForms[i%len(throughForms)]
 		want := "v" + strconv.Itoa(i)
 		events := p.Sub.Events()
-		set(t, rc, "k", want, form.opts)
+		set(t, rc, "k", want, form)
 		waitEvents(t, p, events, form.notes) // its own notifications
 		waitFor(t, func() bool {
 			before := hits(p)
 			if got, err := rc.Get(ctx, "k").Result(); err != nil || got != want {
-				t.Fatalf("GET after SET %s %v: %q %v", want, form.opts, got, err)
+				t.Fatalf("GET after %s %s: %q %v", form.name, want, got, err)
 			}
 			return hits(p) > before
 		})
@@ -85,7 +95,7 @@ func TestWriteThroughExpiry(t *testing.T) {
 		mustDo(t, rc, "SET", "k", "v0")
 		warmKey(t, p, rc, "GET", "k")
 		events := p.Sub.Events()
-		set(t, rc, "k", "short", []any{"PX", strconv.FormatInt(ttl.Milliseconds(), 10)})
+		mustDo(t, rc, "SET", "k", "short", "PX", strconv.FormatInt(ttl.Milliseconds(), 10))
 		acked := time.Now() // Redis started the TTL before this
 		waitEvents(t, p, events, 2)
 		for hit := false; !hit; {
@@ -139,13 +149,13 @@ func TestWriteThroughThenDirectWrite(t *testing.T) {
 		via, bypass := "via"+strconv.Itoa(i), "direct"+strconv.Itoa(i)
 		readUntilHit(i, "v0")
 		events := p.Sub.Events()
-		set(t, rc, "k", via, form.opts) // of a cached key
+		set(t, rc, "k", via, form) // of a cached key
 		mustDo(t, direct, "SET", "k", bypass)
 		waitEvents(t, p, events, form.notes+1)
 		readUntilHit(i, bypass)
 		events = p.Sub.Events()
 		mustDo(t, direct, "SET", "k", "v0") // evicts
-		set(t, rc, "k", via+"-again", form.opts)
+		set(t, rc, "k", via+"-again", form)
 		waitEvents(t, p, events, form.notes+1)
 		readUntilHit(i, via+"-again")
 		events = p.Sub.Events()
