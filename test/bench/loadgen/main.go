@@ -23,6 +23,7 @@ func main() {
 	flag.Float64Var(&cfg.ZipfS, "zipf", 0.99, "Zipf exponent s > 0 (key:0 hottest)")
 	flag.Float64Var(&cfg.GetRatio, "get-ratio", 0.9, "fraction of GET; the rest are SET")
 	flag.IntVar(&cfg.ValueSize, "value-size", 100, "SET value size in bytes")
+	flag.IntVar(&cfg.SetTTL, "set-ttl", 0, "if > 0, SETs are SET key value EX <set-ttl> (seconds), the cache-aside write")
 	flag.DurationVar(&cfg.LateSlack, "late-slack", time.Millisecond, "open loop: a send more than this after its intended time counts as late")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "random seed (connection i uses stream i)")
 	flag.BoolVar(&doPrefill, "prefill", false, "SET every key (pipelined) before the run")

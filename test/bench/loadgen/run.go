@@ -38,6 +38,7 @@ type config struct {
 	ZipfS     float64       // Zipf exponent; key:0 is the hottest
 	GetRatio  float64       // fraction of GET; the rest are SET
 	ValueSize int           // SET value bytes
+	SetTTL    int           // s: SETs are SET key value EX SetTTL (0: no option)
 	LateSlack time.Duration // open loop: a send later than this after its intended time is "late"
 	Seed      uint64
 }
@@ -52,6 +53,7 @@ type worker struct {
 	key  []byte   // "key:<i>", reused
 	args [][]byte // command arguments, reused
 	val  []byte   // SET value (shared, read-only)
+	ttl  []byte   // SET's EX argument (-set-ttl), read-only
 	rng  *rand.Rand
 	zipf *zipf.Zipf
 	cfg  *config
@@ -69,6 +71,7 @@ type worker struct {
 var (
 	cmdGET = []byte("GET")
 	cmdSET = []byte("SET")
+	cmdEX  = []byte("EX")
 )
 
 func newWorker(cfg *config, id int, val []byte) (*worker, error) {
@@ -94,6 +97,7 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 		key:  append(make([]byte, 0, 32), "key:"...),
 		args: make([][]byte, 3),
 		val:  val,
+		ttl:  strconv.AppendInt(nil, int64(cfg.SetTTL), 10),
 		rng:  rng,
 		zipf: zipf.New(rng, cfg.Keys, cfg.ZipfS),
 		cfg:  cfg,
@@ -126,6 +130,10 @@ func (w *worker) appendRequest() int {
 	}
 	w.args[0] = cmdSET
 	w.args[2] = w.val
+	if w.cfg.SetTTL > 0 {
+		w.out = resp.AppendCommand(w.out, w.args[0], w.args[1], w.args[2], cmdEX, w.ttl)
+		return kindSET
+	}
 	w.out = resp.AppendCommand(w.out, w.args[:3]...)
 	return kindSET
 }

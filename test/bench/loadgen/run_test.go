@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/cicada-proxy/cicada/test/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func testConfig(addr, scenario string) config {
@@ -61,6 +63,20 @@ func TestEndToEnd(t *testing.T) {
 			if !(k.p50 > 0 && k.p50 <= k.p99 && k.p99 <= res.MaxUs) {
 				t.Errorf("%s p50 %v p99 %v (max %v), want 0 < p50 <= p99 <= max", k.name, k.p50, k.p99, res.MaxUs)
 			}
+		}
+	})
+
+	t.Run("set-ttl", func(t *testing.T) {
+		cfg := testConfig(srv.Addr, scenarioClosed)
+		cfg.GetRatio, cfg.SetTTL = 0, 1000
+		if _, err := run(cfg); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer rc.Close()
+		// key:0 is the hottest: written in a second of SETs only.
+		if ttl, err := rc.TTL(context.Background(), "key:0").Result(); err != nil || ttl < 990*time.Second || ttl > 1000*time.Second {
+			t.Errorf("TTL key:0 = %v %v, want about 1000 s", ttl, err)
 		}
 	})
 
