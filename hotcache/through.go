@@ -7,10 +7,10 @@ import (
 
 // WriteThrough is a write of a cached key's whole value whose success puts
 // the new value back in the cache (SET key value, with EX or PX or
-// nothing; SETEX; PSETEX): BeginWriteThrough hands it out when the write is sent,
-// Cache.WriteThrough takes it at the write's +OK. It holds the value's GET
-// reply, built at send, and is owned by the connection that sent the
-// write until then.
+// nothing; SETEX; PSETEX): BeginWriteThrough hands it out when the write
+// is sent, Cache.WriteThrough takes it at the write's +OK. It holds the
+// value's GET reply, built at send, and is owned by the connection that
+// sent the write until then.
 type WriteThrough struct {
 	key      Key // its own bytes (Clone)
 	reply    []byte
@@ -72,20 +72,20 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 // whether the reply was kept.
 //
 // The write's own keyspace notifications (set, then expire when it sets a
-// TTL: Redis sends both, in that order, for every SET with EX or PX) may
-// reach Cicada before or after its reply. The write's stripe shows how
-// many have: its version moved by m since the write started, m no more
-// than the write's notifications n. The key's next n−m notifications are
-// taken as the write's and do not evict; the one after evicts. Anything
-// else refuses: another write of the stripe in flight or ended, more
-// moves than notifications, a flush, a hold, an ACL change (the epoch),
-// an expiry already past. A move that was not the write's own (another
-// key's notification, or an earlier write's) only lowers how many are
-// taken: the write's own then evict the reply when they come, a lost hit,
-// never a stale one. Taking more would be the danger: a later write's
-// notification taken as the write's. A reply kept with notifications
-// still to come is served meanwhile: its value is the key's since the
-// write ran, as a fill's is since its GET ran.
+// TTL: Redis sends both, in that order, for every SET with EX or PX, SETEX
+// and PSETEX) may reach Cicada before or after its reply. The write's
+// stripe shows how many have: its version moved by m since the write
+// started, m no more than the write's notifications n. The key's next n−m
+// notifications are taken as the write's and do not evict; the one after
+// evicts. Anything else refuses: another write of the stripe in flight or
+// ended, more moves than notifications, a flush, a hold, an ACL change (the
+// epoch), an expiry already past. A move that was not the write's own
+// (another key's notification, or an earlier write's) only lowers how many
+// are taken: the write's own then evict the reply when they come, a lost
+// hit, never a stale one. Taking more would be the danger: a later write's
+// notification taken as the write's. A reply kept with notifications still
+// to come is served meanwhile: its value is the key's since the write ran,
+// as a fill's is since its GET ran.
 func (c *Cache) WriteThrough(w *WriteThrough) bool {
 	st := &c.stripes[w.stripe]
 	c.mu.Lock()
