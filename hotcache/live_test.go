@@ -98,6 +98,12 @@ func TestSetDenied(t *testing.T) {
 	if fill(t, c, "session:9", "", false, []byte("$1\r\nx\r\n"), 0) {
 		t.Error("a denied key was filled")
 	}
+	if _, ok := c.BeginFill(keyOf("session:9")); ok {
+		t.Error("BeginFill lets a denied key's fill start: Redis would get its PTTL for nothing")
+	}
+	if _, ok := c.BeginFill(keyOf("user:2")); !ok {
+		t.Error("BeginFill refuses a key the deny-list does not match")
+	}
 	if s := c.Stats(); s.Evicted[ReasonConfig] != 2 {
 		t.Errorf("config-evicted %d, want 2", s.Evicted[ReasonConfig])
 	}
