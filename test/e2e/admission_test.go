@@ -165,7 +165,7 @@ func TestDeniedKeysCostNoFill(t *testing.T) {
 	if hits, pttls := read("deny:x"); hits != 0 || pttls != 0 {
 		t.Errorf("denied key, %d reads: %d hits and %d PTTLs at Redis, want 0 and 0", n, hits, pttls)
 	}
-	if hits, pttls := read("ok:x"); hits < n/2 || pttls < 1 || pttls > 3 {
-		t.Errorf("other key, %d reads: %d hits and %d PTTLs at Redis, want at least %d and 1 to 3", n, hits, pttls, n/2)
+	if hits, pttls := read("ok:x"); hits < n/2 || pttls < 1 {
+		t.Errorf("other key, %d reads: %d hits and %d PTTLs at Redis, want at least %d and a fill", n, hits, pttls, n/2)
 	}
 }
