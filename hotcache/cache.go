@@ -491,7 +491,7 @@ func (c *Cache) BeginFill(k *Key) (t Ticket, ok bool) {
 	if c.suspended.Load() != 0 {
 		return t, false
 	}
-	if deny := c.denied.Load(); deny != nil && (*deny)(k.name) {
+	if c.isDenied(k) {
 		return t, false
 	}
 	s := uint32(k.hash & c.smask)
@@ -501,6 +501,13 @@ func (c *Cache) BeginFill(k *Key) (t Ticket, ok bool) {
 		return t, false
 	}
 	return t, true
+}
+
+// isDenied reports whether the deny-list in force (SetDenied) matches k's
+// name: such a key is never filled nor written through.
+func (c *Cache) isDenied(k *Key) bool {
+	deny := c.denied.Load()
+	return deny != nil && (*deny)(k.name)
 }
 
 func (c *Cache) ticketValid(t Ticket) bool {
@@ -533,7 +540,7 @@ func (c *Cache) Fill(t Ticket, f FillRequest) bool {
 		return false
 	}
 	k := &f.Key
-	if deny := c.denied.Load(); deny != nil && (*deny)(k.name) {
+	if c.isDenied(k) {
 		return false
 	}
 	c.mu.Lock()

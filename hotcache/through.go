@@ -28,7 +28,7 @@ const MaxThroughTTL = 100_000_000_000
 
 // BeginWriteThrough is BeginWrite for a write that sets k's whole value to
 // value, with a TTL of ttl ms (1 to MaxThroughTTL) or none (0), and has no
-// other effect (SET key value, SET key value PX ttl, SETEX): it evicts and
+// other effect (SET key value, SET key value PX ttl, SETEX, PSETEX): it evicts and
 // blocks fills as BeginWrite does, and returns the stripe to pass to
 // EndWrite. When k had a GET reply cached and value would be cached (not
 // over MaxValue, not a denied key), it also returns a WriteThrough to pass
@@ -50,7 +50,7 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	if e.get == nil || c.suspended.Load() != 0 || int64(len(value)) > c.maxValue.Load() {
 		return s, nil
 	}
-	if deny := c.denied.Load(); deny != nil && (*deny)(k.name) {
+	if c.isDenied(k) {
 		return s, nil
 	}
 	if ttl < 0 || ttl > MaxThroughTTL {
