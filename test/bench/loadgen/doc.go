@@ -10,15 +10,16 @@
 // # Workload
 //
 // Every request is a GET (probability -get-ratio, 0.9) or a SET with a
-// -value-size (100) byte value (and EX -set-ttl seconds when it is above
-// 0), of the key "key:<i>", i in [0, -keys) (1,000,000), drawn from
-// Zipf(s = -zipf, 0.99): P(i) ∝ 1/(i+1)^s, so key:0 is the hottest (about 7% of requests at the defaults). Go's math/rand Zipf
-// needs s > 1, so the sampler is rejection-inversion (W. Hörmann and
-// G. Derflinger, "Rejection-inversion to generate variates from monotone
-// discrete distributions", ACM TOMACS 6(3), 1996), as in Apache Commons
-// RNG: exact for any s > 0, O(1) memory, about one uniform per draw. Each
-// connection has its own PCG stream (seed -seed, stream = connection index).
-// -prefill first SETs every key over 4 connections, 1000 per pipeline.
+// -value-size (100) byte value (and EX -set-ttl seconds when it is above 0),
+// of the key "key:<i>", i in [0, -keys) (1,000,000), drawn from Zipf(s =
+// -zipf, 0.99): P(i) ∝ 1/(i+1)^s, so key:0 is the hottest (about 7% of
+// requests at the defaults). Go's math/rand Zipf needs s > 1, so the sampler
+// is rejection-inversion (W. Hörmann and G. Derflinger, "Rejection-inversion
+// to generate variates from monotone discrete distributions", ACM TOMACS
+// 6(3), 1996), as in Apache Commons RNG: exact for any s > 0, O(1) memory,
+// about one uniform per draw. Each connection has its own PCG stream (seed
+// -seed, stream = connection index). -prefill first SETs every key over 4
+// connections, 1000 per pipeline.
 //
 // # Closed loop (-scenario closed)
 //
