@@ -162,10 +162,15 @@ func printTable(w io.Writer, r report) {
 		}
 		groups[s.Scenario][s.Target] = append(groups[s.Scenario][s.Target], s)
 	}
-	var vsTwem, vsOff, vsB []string
+	var vsRedis, vsTwem, vsOff, vsB []string
 	for _, name := range order {
 		g := groups[name]
 		base := summarize(g[targetRedis])
+		for _, t := range targets[name] {
+			if t != targetRedis && len(g[targetRedis]) > 0 {
+				vsRedis = append(vsRedis, fmt.Sprintf("%-20s %-24s %s", name, t, pairedRatio(g[targetRedis], g[t])))
+			}
+		}
 		for _, t := range targets[name] {
 			m := summarize(g[t])
 			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f%%\t%.3f\t%.3f\t%.3f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
@@ -194,6 +199,10 @@ func printTable(w io.Writer, r report) {
 		}
 	}
 	tw.Flush()
+	if len(vsRedis) > 0 {
+		fmt.Fprintln(w, "\nops/s ÷ direct Redis's, paired by round (geometric mean and its standard error; ops ×redis above divides medians of different rounds):")
+		fmt.Fprintln(w, strings.Join(vsRedis, "\n"))
+	}
 	if len(vsTwem) > 0 {
 		fmt.Fprintln(w, "\nCicada ÷ twemproxy (medians):")
 		fmt.Fprintln(w, strings.Join(vsTwem, "\n"))
@@ -248,6 +257,30 @@ func pairedDiffs(a, b []sample) string {
 	}
 	return fmt.Sprintf("ops/s %s  p99 ms %s  proxy µs/req %s  redis µs/req %s  (%d pairs)",
 		f(d[0], 0), f(d[1], 3), f(d[2], 2), f(d[3], 2), len(d[0]))
+}
+
+// pairedRatio formats the geometric mean of b's ops/s over a's in the
+// rounds both ran, with its standard error: from the standard error of
+// the logs of the ratios (the delta method: the ratio times the logs'
+// standard error). A round's two runs share the machine's phase, so the
+// ratio of one round drifts less than either figure does.
+func pairedRatio(a, b []sample) string {
+	byRound := map[int]float64{}
+	for _, s := range a {
+		byRound[s.Round] = s.RPS
+	}
+	var logs []float64
+	for _, sb := range b {
+		if ra, ok := byRound[sb.Round]; ok && ra > 0 && sb.RPS > 0 {
+			logs = append(logs, math.Log(sb.RPS/ra))
+		}
+	}
+	if len(logs) == 0 {
+		return "no paired rounds"
+	}
+	m, se := meanSE(logs)
+	r := math.Exp(m)
+	return fmt.Sprintf("×%.3f ± %.3f  (%d rounds)", r, r*se, len(logs))
 }
 
 // meanSE returns the mean of xs and its standard error (the sample

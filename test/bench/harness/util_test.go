@@ -170,6 +170,26 @@ func TestPairedDiffs(t *testing.T) {
 	}
 }
 
+// TestPairedRatio: the ratio of each round's two runs, their geometric
+// mean and its standard error; rounds one side lacks are left out.
+func TestPairedRatio(t *testing.T) {
+	smp := func(round int, rps float64) sample {
+		s := sample{Round: round}
+		s.RPS = rps
+		return s
+	}
+	redis := []sample{smp(1, 100), smp(2, 50), smp(3, 70)}
+	proxy := []sample{smp(1, 110), smp(2, 50), smp(4, 10)}
+	// ln 1.1 and ln 1: mean 0.04766, standard error 0.04766; e^0.04766 = 1.0488.
+	want := "×1.049 ± 0.050  (2 rounds)"
+	if got := pairedRatio(redis, proxy); got != want {
+		t.Errorf("pairedRatio: got %q, want %q", got, want)
+	}
+	if got := pairedRatio(redis, nil); got != "no paired rounds" {
+		t.Errorf("pairedRatio with no runs: %q", got)
+	}
+}
+
 // TestRoundOrder: a twin runs after its target in even rounds (0-based,
 // as roundOrder counts; the harness prints them from 1) and before it in
 // odd ones; the other targets keep their places.
