@@ -154,13 +154,20 @@ func (d *decoder) addrMap(key string) any {
 }
 
 // patterns accepts what list does, comma-separated as splitPatterns
-// splits; blanks are dropped. Each must compile as a glob pattern.
+// splits; blanks are dropped. Each must compile as a glob pattern and
+// close every {a,b} it opens: gobwas/glob would close it silently at the
+// end (`x{a,b` matches xa and xb), and splitting has kept every comma
+// after it in the pattern.
 func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
 	for _, p := range items {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
+		}
+		if globScan(p, nil) > 0 {
+			d.fail(key, `bad pattern %q: unclosed {, write \{ for a literal brace`, p)
+			return nil
 		}
 		if _, err := glob.Compile(p); err != nil {
 			d.fail(key, "bad pattern %q: %v", p, err)
@@ -176,7 +183,22 @@ func (d *decoder) patterns(key string) any {
 // backslash, in their pattern.
 func splitPatterns(s string) []string {
 	var out []string
-	depth, class, start := 0, false, 0
+	start := 0
+	globScan(s, func(i, depth int) {
+		if s[i] == ',' && depth == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	})
+	return append(out, s[start:])
+}
+
+// globScan calls f (if not nil) with the index of each byte of the glob
+// pattern s that is neither escaped (\x) nor inside a [...] class, and
+// the depth of {a,b} alternatives it is in; it returns the depth at the
+// end: above 0 when s leaves a { open.
+func globScan(s string, f func(i, depth int)) int {
+	depth, class := 0, false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '\\':
@@ -185,16 +207,18 @@ func splitPatterns(s string) []string {
 			class = c != ']'
 		case c == '[':
 			class = true
-		case c == '{':
-			depth++
-		case c == '}' && depth > 0:
-			depth--
-		case c == ',' && depth == 0:
-			out = append(out, s[start:i])
-			start = i + 1
+		default:
+			if c == '{' {
+				depth++
+			} else if c == '}' && depth > 0 {
+				depth--
+			}
+			if f != nil {
+				f(i, depth)
+			}
 		}
 	}
-	return append(out, s[start:])
+	return depth
 }
 
 // number decodes a numeric setting (an integer, a size or a duration,

@@ -245,6 +245,7 @@ func TestLiveConfigAdmin(t *testing.T) {
 		`{"listen": ":1"}`:                           "listen: not a live setting; it takes a restart (live: hot-threshold, cache-max-value, cache-capacity, cache-max-bytes, cache-enabled, cache-deny, log-level)\n",
 		`{"nonsense": 1}`:                            "nonsense: unknown setting\n",
 		`{"cache-deny": ["[unclosed"]}`:              "cache-deny: bad pattern \"[unclosed\": unexpected end of input\n",
+		`{"cache-deny": ["{user:*"]}`:                "cache-deny: bad pattern \"{user:*\": unclosed {, write \\{ for a literal brace\n",
 		`[1]`:                                        "body must be a JSON object of settings: json: cannot unmarshal array into Go value of type map[string]interface {}\n",
 	} {
 		if code, got := p.post(t, body); code != 400 || got != want {
@@ -416,6 +417,26 @@ func TestRestartSettingRestored(t *testing.T) {
 		waitUntil(t, "hot-threshold "+threshold, func() bool { return p.setting(t, "hot-threshold") == threshold })
 		if got := count(); got != step.want {
 			t.Errorf("after %q: %d restart warnings for log-format, want %d\n%s", step.body, got, step.want, p.logs)
+		}
+	}
+}
+
+// TestDenyMatcherHashTag: braces escaped match a Redis Cluster hash
+// tag's braces; unescaped they are an alternative, as configuration.md
+// says.
+func TestDenyMatcherHashTag(t *testing.T) {
+	for _, tt := range []struct {
+		pattern, key string
+		want         bool
+	}{
+		{`\{user\}:*`, "{user}:1", true},
+		{`\{user\}:*`, "user:1", false},
+		{`{user}:*`, "user:1", true},
+		{`{user}:*`, "{user}:1", false},
+		{`{a,b}:*`, "b:1", true},
+	} {
+		if got := denyMatcher([]string{tt.pattern})([]byte(tt.key)); got != tt.want {
+			t.Errorf("%s matches %s: %v, want %v", tt.pattern, tt.key, got, tt.want)
 		}
 	}
 }
