@@ -167,8 +167,8 @@ func printTable(w io.Writer, r report) {
 		g := groups[name]
 		base := summarize(g[targetRedis])
 		for _, t := range targets[name] {
-			if t != targetRedis && len(g[targetRedis]) > 0 {
-				vsRedis = append(vsRedis, fmt.Sprintf("%-20s %-24s %s", name, t, pairedRatio(g[targetRedis], g[t])))
+			if t != targetRedis && len(g[targetRedis]) > 0 && !fixedRate(g[targetRedis]) {
+				vsRedis = append(vsRedis, fmt.Sprintf("%-22s %-24s %s", name, t, pairedRatio(g[targetRedis], g[t])))
 			}
 		}
 		for _, t := range targets[name] {
@@ -281,6 +281,12 @@ func pairedRatio(a, b []sample) string {
 	m, se := meanSE(logs)
 	r := math.Exp(m)
 	return fmt.Sprintf("×%.3f ± %.3f  (%d rounds)", r, r*se, len(logs))
+}
+
+// fixedRate reports whether ss ran an open loop at a fixed rate (the
+// load generator's -rate), where every target's ops/s is the rate.
+func fixedRate(ss []sample) bool {
+	return len(ss) > 0 && slices.Contains(ss[0].Args, "-rate")
 }
 
 // meanSE returns the mean of xs and its standard error (the sample

@@ -188,6 +188,10 @@ func TestPairedRatio(t *testing.T) {
 	if got := pairedRatio(redis, nil); got != "no paired rounds" {
 		t.Errorf("pairedRatio with no runs: %q", got)
 	}
+	open := []sample{{Args: []string{"bin/loadgen", "-scenario", "open", "-c", "50", "-rate", "20000"}}}
+	if !fixedRate(open) || fixedRate(redis) {
+		t.Errorf("fixedRate: %v for an open loop, %v for a closed one", fixedRate(open), fixedRate(redis))
+	}
 }
 
 // TestRoundOrder: a twin runs after its target in even rounds (0-based,
