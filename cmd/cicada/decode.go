@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gobwas/glob"
 	"github.com/knadh/koanf/v2"
 
 	"github.com/cicada-proxy/cicada/cluster"
@@ -154,10 +153,7 @@ func (d *decoder) addrMap(key string) any {
 }
 
 // patterns accepts what list does, comma-separated as splitPatterns
-// splits; blanks are dropped. Each must compile as a glob pattern and
-// close every {a,b} it opens: gobwas/glob would close it silently at the
-// end (`x{a,b` matches xa and xb), and splitting has kept every comma
-// after it in the pattern.
+// splits; blanks are dropped. Each must pass checkPattern.
 func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
@@ -165,60 +161,13 @@ func (d *decoder) patterns(key string) any {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if globScan(p, nil) > 0 {
-			d.fail(key, `bad pattern %q: unclosed {, write \{ for a literal brace`, p)
-			return nil
-		}
-		if _, err := glob.Compile(p); err != nil {
+		if err := checkPattern(p); err != nil {
 			d.fail(key, "bad pattern %q: %v", p, err)
 			return nil
 		}
 		out = append(out, p)
 	}
 	return out
-}
-
-// splitPatterns splits a comma-separated list of glob patterns, leaving
-// commas inside {a,b} alternatives and [...] classes, or escaped with a
-// backslash, in their pattern.
-func splitPatterns(s string) []string {
-	var out []string
-	start := 0
-	globScan(s, func(i, depth int) {
-		if s[i] == ',' && depth == 0 {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	})
-	return append(out, s[start:])
-}
-
-// globScan calls f (if not nil) with the index of each byte of the glob
-// pattern s that is neither escaped (\x) nor inside a [...] class, and
-// the depth of {a,b} alternatives it is in; it returns the depth at the
-// end: above 0 when s leaves a { open.
-func globScan(s string, f func(i, depth int)) int {
-	depth, class := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			i++
-		case class:
-			class = c != ']'
-		case c == '[':
-			class = true
-		default:
-			if c == '{' {
-				depth++
-			} else if c == '}' && depth > 0 {
-				depth--
-			}
-			if f != nil {
-				f(i, depth)
-			}
-		}
-	}
-	return depth
 }
 
 // number decodes a numeric setting (an integer, a size or a duration,

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gobwas/glob"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
@@ -79,29 +78,6 @@ func (l *live) applyCache(c *Config) {
 	}
 	l.cache.SetDenied(denyMatcher(c.CacheDeny))
 	l.cache.SetEnabled(on)
-}
-
-// denyMatcher compiles patterns (checked by the decoder) into a key
-// matcher; nil for none.
-func denyMatcher(patterns []string) func([]byte) bool {
-	if len(patterns) == 0 {
-		return nil
-	}
-	globs := make([]glob.Glob, 0, len(patterns))
-	for _, p := range patterns {
-		if g, err := glob.Compile(p); err == nil {
-			globs = append(globs, g)
-		}
-	}
-	return func(key []byte) bool {
-		k := string(key)
-		for _, g := range globs {
-			if g.Match(k) {
-				return true
-			}
-		}
-		return false
-	}
 }
 
 // changeLocked applies next's live settings, logs each change with its

@@ -420,23 +420,3 @@ func TestRestartSettingRestored(t *testing.T) {
 		}
 	}
 }
-
-// TestDenyMatcherHashTag: braces escaped match a Redis Cluster hash
-// tag's braces; unescaped they are an alternative, as configuration.md
-// says.
-func TestDenyMatcherHashTag(t *testing.T) {
-	for _, tt := range []struct {
-		pattern, key string
-		want         bool
-	}{
-		{`\{user\}:*`, "{user}:1", true},
-		{`\{user\}:*`, "user:1", false},
-		{`{user}:*`, "user:1", true},
-		{`{user}:*`, "{user}:1", false},
-		{`{a,b}:*`, "b:1", true},
-	} {
-		if got := denyMatcher([]string{tt.pattern})([]byte(tt.key)); got != tt.want {
-			t.Errorf("%s matches %s: %v, want %v", tt.pattern, tt.key, got, tt.want)
-		}
-	}
-}
