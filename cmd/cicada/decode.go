@@ -153,7 +153,8 @@ func (d *decoder) addrMap(key string) any {
 }
 
 // patterns accepts what list does, comma-separated as splitPatterns
-// splits; blanks are dropped. Each must pass checkPattern.
+// splits; blanks are dropped. Each must pass checkPattern, and the list
+// compileDeny.
 func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
@@ -166,6 +167,10 @@ func (d *decoder) patterns(key string) any {
 			return nil
 		}
 		out = append(out, p)
+	}
+	if _, err := compileDeny(out); err != nil {
+		d.fail(key, "%v", err)
+		return nil
 	}
 	return out
 }
