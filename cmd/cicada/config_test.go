@@ -650,8 +650,8 @@ func TestBoundWording(t *testing.T) {
 		{"shutdown-timeout", "-1s", "must be >= 0s, got -1s"},
 		{"local-admin", "nonsense", `must be host:port, or "" for none, got "nonsense"`},
 		{"log-format", "xml", `must be json or console, got "xml"`},
-		{"cache-deny", "x{a,b", `bad pattern "x{a,b": unclosed {, write \{ for a literal brace`},
-		{"cache-deny", "a:*,{user}:*,{b", `bad pattern "{b": unclosed {, write \{ for a literal brace`},
+		{"cache-deny", "x{a,b", "bad pattern \"x{a,b\": glob: syntax error at 5: unclosed `{`"},
+		{"cache-deny", "a:*,{user}:*,{b", "bad pattern \"{b\": glob: syntax error at 2: unclosed `{`"},
 	}
 	for _, l := range layers {
 		for _, tt := range same {

@@ -153,8 +153,7 @@ func (d *decoder) addrMap(key string) any {
 }
 
 // patterns accepts what list does, comma-separated as splitPatterns
-// splits; blanks are dropped. Each must pass checkPattern, and the list
-// compileDeny.
+// splits; blanks are dropped. Each must pass checkPattern.
 func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
@@ -167,10 +166,6 @@ func (d *decoder) patterns(key string) any {
 			return nil
 		}
 		out = append(out, p)
-	}
-	if _, err := compileDeny(out); err != nil {
-		d.fail(key, "%v", err)
-		return nil
 	}
 	return out
 }
