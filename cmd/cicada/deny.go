@@ -6,11 +6,12 @@ import (
 	"github.com/gobwas/glob"
 )
 
-// The deny-list's patterns (--cache-deny), in gobwas/glob's syntax. Its
-// v1.1.0 refuses what v0.2.3 compiled and got wrong: a { left open (x{a,b
-// matched xa), a lone \ at the end, and matchers that panicked (x{} on the
-// key x, {0*,0} on 0: on an event loop, that ended the process) or matched
-// wrongly (0*0 on 0, ? on the empty key).
+// The deny-list's patterns (--cache-deny), in gobwas/glob's syntax, with
+// its v1.1.0 or later: v0.2.3 compiled a { left open (x{a,b matched xa)
+// and a lone \ at the end, and its matchers panicked (x{} on the key x,
+// {0*,0} on 0: on an event loop, that ended the process) or matched
+// wrongly (0*0 on 0, ? on the empty key). TestCheckPattern and
+// TestDenyMatcher hold the library to all of it.
 
 // checkPattern returns glob.Compile's error for p (a *glob.SyntaxError,
 // which says where and why).
