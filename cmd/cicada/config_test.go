@@ -113,6 +113,21 @@ func TestSettingsMatchConfig(t *testing.T) {
 	}
 }
 
+// TestDenyListSpaces: spaces around each pattern of --cache-deny are
+// dropped, in every layer, but not a space a backslash escapes.
+func TestDenyListSpaces(t *testing.T) {
+	want := []string{`session:*`, `x\ `, `a\,b`}
+	for name, c := range map[string]*Config{
+		"flag": mustLoad(t, []string{"--cache-deny", ` session:* , x\ ,a\,b`}, nil),
+		"env":  mustLoad(t, nil, []string{`CICADA_CACHE_DENY= session:* , x\ ,a\,b`}),
+		"file": mustLoad(t, []string{"--config", writeFile(t, "c.yaml", "cache-deny: [\" session:* \", 'x\\ ', 'a\\,b']\n")}, nil),
+	} {
+		if !slices.Equal(c.CacheDeny, want) {
+			t.Errorf("%s: cache-deny %q, want %q", name, c.CacheDeny, want)
+		}
+	}
+}
+
 func TestLayersOverride(t *testing.T) {
 	file := writeFile(t, "c.yaml", `
 listen: "127.0.0.1:7001"

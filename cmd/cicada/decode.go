@@ -158,7 +158,7 @@ func (d *decoder) patterns(key string) any {
 	items := d.list(key, splitPatterns)
 	out := []string{}
 	for _, p := range items {
-		if p = strings.TrimSpace(p); p == "" {
+		if p = trimPattern(p); p == "" {
 			continue
 		}
 		if err := checkPattern(p); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gobwas/glob"
@@ -46,6 +48,27 @@ func splitPatterns(s string) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// trimPattern drops the spaces around a pattern of a list, but not one a
+// backslash escapes (`x\ ` keeps its space: gobwas/glob reads `\ ` as a
+// space, and without it the pattern would end in a lone backslash).
+func trimPattern(p string) string {
+	p = strings.TrimLeftFunc(p, unicode.IsSpace)
+	for {
+		r, w := utf8.DecodeLastRuneInString(p)
+		if w == 0 || !unicode.IsSpace(r) {
+			return p
+		}
+		slashes := 0
+		for i := len(p) - w - 1; i >= 0 && p[i] == '\\'; i-- {
+			slashes++
+		}
+		if slashes%2 == 1 {
+			return p
+		}
+		p = p[:len(p)-w]
+	}
 }
 
 // classEnd returns the index of the ] that closes the [...] class whose

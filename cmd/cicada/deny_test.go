@@ -117,6 +117,30 @@ func TestSplitPatterns(t *testing.T) {
 	}
 }
 
+func TestTrimPattern(t *testing.T) {
+	for p, want := range map[string]string{
+		` session:* `: `session:*`,
+		"\tx\n":       `x`,
+		`x\ `:         `x\ `, // an escaped space stays
+		`x\  `:        `x\ `,
+		`x\\ `:        `x\\`, // the backslash is escaped, not the space
+		`x\\\ `:       `x\\\ `,
+		`\ `:          `\ `,
+		" x\u00a0":    `x`,
+		"   ":         ``,
+		"x\\\u00a0":   "x\\\u00a0",
+	} {
+		if got := trimPattern(p); got != want {
+			t.Errorf("trimPattern(%q) = %q, want %q", p, got, want)
+		}
+	}
+	// The pattern kept matches what it says: a key ending in a space.
+	m := denyMatcher([]string{trimPattern(`x\ `)})
+	if !m([]byte("x ")) || m([]byte("x")) {
+		t.Errorf(`x\  matches "x " %v and "x" %v, want true and false`, m([]byte("x ")), m([]byte("x")))
+	}
+}
+
 // FuzzDenyPattern: a pattern checkPattern accepts makes a matcher, which
 // never panics on any key.
 func FuzzDenyPattern(f *testing.F) {
