@@ -4,7 +4,9 @@
 # Upstream: $UPSTREAM if set; else a Redis already answering on
 # 127.0.0.1:6379; else a throw-away redis-server on a free port from 6390,
 # installed with apt-get if missing and stopped (its data dir removed) on exit.
-# Cicada runs in the foreground with `--upstream <addr> $ARGS "$@"`.
+# Cicada runs in the foreground with `--upstream <addr> $ARGS "$@"`; ARGS
+# is split at whitespace with no quoting (a value with spaces goes in its
+# CICADA_ environment variable, or in "$@").
 #
 # Usage: deploy/local/run.sh [cicada flags...]
 #        UPSTREAM=host:port ARGS='--loops 2' deploy/local/run.sh
