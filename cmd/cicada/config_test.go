@@ -667,6 +667,7 @@ func TestBoundWording(t *testing.T) {
 		{"log-format", "xml", `must be json or console, got "xml"`},
 		{"cache-deny", "x{a,b", "bad pattern \"x{a,b\": glob: syntax error at 5: unclosed `{`"},
 		{"cache-deny", "a:*,{user}:*,{b", "bad pattern \"{b\": glob: syntax error at 2: unclosed `{`"},
+		{"cache-deny", `a:*,x\`, `bad pattern "x\\": glob: syntax error at 2: trailing backslash (a pattern that ends in a space is written "x\ ", in a YAML file in single quotes)`},
 	}
 	for _, l := range layers {
 		for _, tt := range same {

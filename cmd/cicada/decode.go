@@ -162,7 +162,12 @@ func (d *decoder) patterns(key string) any {
 			continue
 		}
 		if err := checkPattern(p); err != nil {
-			d.fail(key, "bad pattern %q: %v", p, err)
+			hint := ""
+			if strings.HasSuffix(err.Error(), "trailing backslash") {
+				// Perhaps an escaped space that YAML or ARGS dropped.
+				hint = ` (a pattern that ends in a space is written "x\ ", in a YAML file in single quotes)`
+			}
+			d.fail(key, "bad pattern %q: %v%s", p, err, hint)
 			return nil
 		}
 		out = append(out, p)

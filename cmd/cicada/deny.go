@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -16,8 +17,20 @@ import (
 // TestDenyMatcher hold the library to all of it.
 
 // checkPattern returns glob.Compile's error for p (a *glob.SyntaxError,
-// which says where and why).
+// which says where and why), or, first, where p is not UTF-8: the
+// library reports a backslash before an invalid byte as a trailing one.
 func checkPattern(p string) error {
+	if !utf8.ValidString(p) {
+		i := 0
+		for i < len(p) {
+			r, w := utf8.DecodeRuneInString(p[i:])
+			if r == utf8.RuneError && w == 1 {
+				break
+			}
+			i += w
+		}
+		return fmt.Errorf("invalid UTF-8 at byte %d", i)
+	}
 	_, err := glob.Compile(p)
 	return err
 }

@@ -18,7 +18,10 @@ func TestCheckPattern(t *testing.T) {
 		`a\`:         "glob: syntax error at 2: trailing backslash",
 		`[unclosed`:  "glob: syntax error at 9: unexpected end of input",
 		`[z-a]`:      "glob: syntax error at 5: range hi character is less than lo",
-		"\xff":       "glob: syntax error at 0: invalid UTF-8 sequence",
+		"\xff":       "invalid UTF-8 at byte 0",
+		"x\\\xff":    "invalid UTF-8 at byte 2", // not a trailing backslash
+		"x\\\xc2 ":   "invalid UTF-8 at byte 2",
+		"é\xe9":      "invalid UTF-8 at byte 2",
 		`x{}`:        "",
 		`x{a,}`:      "",
 		`{0*,0}`:     "",

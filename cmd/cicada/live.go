@@ -12,9 +12,11 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
@@ -232,6 +234,58 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 	}
 }
 
+// checkText returns where body is not UTF-8 text: an invalid byte, or a
+// \u escape of half a surrogate pair in a JSON string. encoding/json
+// decodes both as U+FFFD without a word, so a setting would take a value
+// its sender did not write; the flag, environment and file layers refuse
+// invalid UTF-8.
+func checkText(body []byte) error {
+	if !utf8.Valid(body) {
+		for i := 0; i < len(body); {
+			r, w := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError && w == 1 {
+				return fmt.Errorf("invalid UTF-8 at byte %d", i)
+			}
+			i += w
+		}
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && i+1 < len(body) && body[i+1] == 'u':
+			v, ok := hex4(body, i+2)
+			switch {
+			case !ok, v < 0xd800 || v > 0xdfff:
+			case v <= 0xdbff && i+11 < len(body) && body[i+6] == '\\' && body[i+7] == 'u':
+				if lo, ok := hex4(body, i+8); ok && lo >= 0xdc00 && lo <= 0xdfff {
+					i += 6 // the pair's low half
+					break
+				}
+				return fmt.Errorf("half a surrogate pair (%s) at byte %d", body[i:i+6], i)
+			default:
+				return fmt.Errorf("half a surrogate pair (%s) at byte %d", body[i:i+6], i)
+			}
+			i++ // the u; its hex digits are not quotes nor backslashes
+		case c == '\\':
+			i++ // the escaped character, a quote perhaps
+		}
+	}
+	return nil
+}
+
+// hex4 decodes the four hex digits at b[i:i+4].
+func hex4(b []byte, i int) (int, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
+	return int(n), err == nil
+}
+
 // ServeHTTP serves /config on the local admin listener: GET returns the
 // settings in force as JSON (the password redacted) with the list of live
 // ones; POST takes a JSON object of live settings (values as in the YAML
@@ -252,6 +306,10 @@ func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := checkText(body); err != nil {
+			http.Error(w, "body must be UTF-8 text: "+err.Error(), http.StatusBadRequest)
 			return
 		}
 		var m map[string]any

@@ -247,6 +247,8 @@ func TestLiveConfigAdmin(t *testing.T) {
 		`{"cache-deny": ["[unclosed"]}`:              "cache-deny: bad pattern \"[unclosed\": glob: syntax error at 9: unexpected end of input\n",
 		`{"cache-deny": ["{user:*"]}`:                "cache-deny: bad pattern \"{user:*\": glob: syntax error at 7: unclosed `{`\n",
 		`[1]`:                                        "body must be a JSON object of settings: json: cannot unmarshal array into Go value of type map[string]interface {}\n",
+		"{\"cache-deny\": [\"x\xff\"]}":              "body must be UTF-8 text: invalid UTF-8 at byte 18\n",
+		`{"cache-deny": ["x\ud800"]}`:                "body must be UTF-8 text: half a surrogate pair (\\ud800) at byte 18\n",
 	} {
 		if code, got := p.post(t, body); code != 400 || got != want {
 			t.Errorf("POST %s: %d %q, want 400 %q", body, code, got, want)
@@ -417,6 +419,32 @@ func TestRestartSettingRestored(t *testing.T) {
 		waitUntil(t, "hot-threshold "+threshold, func() bool { return p.setting(t, "hot-threshold") == threshold })
 		if got := count(); got != step.want {
 			t.Errorf("after %q: %d restart warnings for log-format, want %d\n%s", step.body, got, step.want, p.logs)
+		}
+	}
+}
+
+// TestCheckText: what POST /config refuses before decoding, since
+// encoding/json would turn it into U+FFFD.
+func TestCheckText(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"cache-deny": ["x"]}`:                  "",
+		`{"cache-deny": ["\u00e9\ud83d\ude00"]}`: "", // é and a pair: 😀
+		`{"cache-deny": ["\\ud800"]}`:            "", // an escaped backslash, then text
+		`{"cache-deny": ["\"\ud800"]}`:           "half a surrogate pair (\\ud800) at byte 19",
+		`{"cache-deny": ["\udc00"]}`:             "half a surrogate pair (\\udc00) at byte 17",
+		`{"cache-deny": ["\ud800\u0041"]}`:       "half a surrogate pair (\\ud800) at byte 17",
+		`{"cache-deny": ["\ud800"`:               "half a surrogate pair (\\ud800) at byte 17",
+		`{"cache-deny": ["\ud8`:                  "", // not JSON: json.Unmarshal says so
+		`{"x\ud800": 1}`:                         "half a surrogate pair (\\ud800) at byte 3",
+		"{\"cache-deny\": [\"\xc3\"]}":           "invalid UTF-8 at byte 17",
+		`[1, \ud800]`:                            "", // outside a string: not JSON, json.Unmarshal says so
+	} {
+		got := ""
+		if err := checkText([]byte(body)); err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("checkText(%q) = %q, want %q", body, got, want)
 		}
 	}
 }
