@@ -196,11 +196,10 @@ const (
 // Cicada's share under sustained traffic (-settle; 62-65% since writes
 // put their values in the cache, 57% before, when this was 7,000):
 // bare-forward is then a proxy with Cicada's hits that does no work of
-// its own. A cache of the
-// 35,000 hottest keys that ignored writes would answer 68%; no cache that
-// stays exact answers a key while a write to it is in flight, and
-// scenario 4 writes its hottest keys every few milliseconds
-// (docs/performance.md#sustained).
+// its own. A cache of the 35,000 hottest keys that ignored writes would
+// answer 68%; no cache that stays exact answers a key while a write to it
+// is in flight, and scenario 4 writes its hottest keys every few
+// milliseconds (docs/performance.md#sustained).
 const bareLocalKeys = 18000
 
 // defaultTargets are the targets of a scenario that names none.
