@@ -20,19 +20,24 @@ import (
 // which says where and why), or, first, where p is not UTF-8: the
 // library reports a backslash before an invalid byte as a trailing one.
 func checkPattern(p string) error {
-	if !utf8.ValidString(p) {
-		i := 0
-		for i < len(p) {
-			r, w := utf8.DecodeRuneInString(p[i:])
-			if r == utf8.RuneError && w == 1 {
-				break
-			}
-			i += w
-		}
+	if i := invalidUTF8(p); i >= 0 {
 		return fmt.Errorf("invalid UTF-8 at byte %d", i)
 	}
 	_, err := glob.Compile(p)
 	return err
+}
+
+// invalidUTF8 returns the offset of s's first byte that is not UTF-8, or
+// -1 if s is UTF-8.
+func invalidUTF8(s string) int {
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && w == 1 {
+			return i
+		}
+		i += w
+	}
+	return -1
 }
 
 // splitPatterns splits a comma-separated list of glob patterns at the

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
@@ -240,14 +239,8 @@ func (l *live) watch(path string, stop <-chan struct{}) {
 // its sender did not write; the flag, environment and file layers refuse
 // invalid UTF-8.
 func checkText(body []byte) error {
-	if !utf8.Valid(body) {
-		for i := 0; i < len(body); {
-			r, w := utf8.DecodeRune(body[i:])
-			if r == utf8.RuneError && w == 1 {
-				return fmt.Errorf("invalid UTF-8 at byte %d", i)
-			}
-			i += w
-		}
+	if i := invalidUTF8(string(body)); i >= 0 {
+		return fmt.Errorf("invalid UTF-8 at byte %d", i)
 	}
 	inString := false
 	for i := 0; i < len(body); i++ {
