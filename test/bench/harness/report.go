@@ -228,19 +228,31 @@ func printTable(w io.Writer, r report) {
 	fmt.Fprintf(w, "\n%d runs in %s.\n", len(r.Samples), r.Finished.Sub(r.Started).Round(time.Second))
 }
 
+// byRound pairs the samples of a and b of the same round, for the rounds
+// both ran, in b's order.
+func byRound(a, b []sample) [][2]sample {
+	of := map[int]sample{}
+	for _, s := range a {
+		of[s.Round] = s
+	}
+	var pairs [][2]sample
+	for _, sb := range b {
+		if sa, ok := of[sb.Round]; ok {
+			pairs = append(pairs, [2]sample{sa, sb})
+		}
+	}
+	return pairs
+}
+
 // pairedDiffs formats the mean and standard error of b − a over the rounds
 // both ran, for ops/s, p99, the proxy's and Redis's CPU per request: two
 // builds run alternately in one run differ by these, the machine's drift
 // between rounds cancelled.
 func pairedDiffs(a, b []sample) string {
-	byRound := map[int]sample{}
-	for _, s := range a {
-		byRound[s.Round] = s
-	}
 	var d [4][]float64
-	for _, sb := range b {
-		sa, ok := byRound[sb.Round]
-		if !ok || sa.ProxyCPUus == nil || sb.ProxyCPUus == nil || sa.RedisCPUus == nil || sb.RedisCPUus == nil {
+	for _, p := range byRound(a, b) {
+		sa, sb := p[0], p[1]
+		if sa.ProxyCPUus == nil || sb.ProxyCPUus == nil || sa.RedisCPUus == nil || sb.RedisCPUus == nil {
 			continue
 		}
 		d[0] = append(d[0], sb.RPS-sa.RPS)
@@ -265,14 +277,10 @@ func pairedDiffs(a, b []sample) string {
 // standard error). A round's two runs share the machine's phase, so the
 // ratio of one round drifts less than either figure does.
 func pairedRatio(a, b []sample) string {
-	byRound := map[int]float64{}
-	for _, s := range a {
-		byRound[s.Round] = s.RPS
-	}
 	var logs []float64
-	for _, sb := range b {
-		if ra, ok := byRound[sb.Round]; ok && ra > 0 && sb.RPS > 0 {
-			logs = append(logs, math.Log(sb.RPS/ra))
+	for _, p := range byRound(a, b) {
+		if p[0].RPS > 0 && p[1].RPS > 0 {
+			logs = append(logs, math.Log(p[1].RPS/p[0].RPS))
 		}
 	}
 	if len(logs) == 0 {
