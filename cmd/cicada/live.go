@@ -250,17 +250,15 @@ func checkText(body []byte) error {
 		case c == '"':
 			inString = false
 		case c == '\\' && i+1 < len(body) && body[i+1] == 'u':
-			v, ok := hex4(body, i+2)
-			switch {
-			case !ok, v < 0xd800 || v > 0xdfff:
-			case v <= 0xdbff && i+11 < len(body) && body[i+6] == '\\' && body[i+7] == 'u':
-				if lo, ok := hex4(body, i+8); ok && lo >= 0xdc00 && lo <= 0xdfff {
-					i += 6 // the pair's low half
-					break
+			if v, ok := hex4(body, i+2); ok && v >= 0xd800 && v <= 0xdfff {
+				lo := 0 // a high half's low half, if an escape follows
+				if v <= 0xdbff && i+7 < len(body) && body[i+6] == '\\' && body[i+7] == 'u' {
+					lo, _ = hex4(body, i+8)
 				}
-				return fmt.Errorf("half a surrogate pair (%s) at byte %d", body[i:i+6], i)
-			default:
-				return fmt.Errorf("half a surrogate pair (%s) at byte %d", body[i:i+6], i)
+				if lo < 0xdc00 || lo > 0xdfff {
+					return fmt.Errorf("half a surrogate pair (%s) at byte %d", body[i:i+6], i)
+				}
+				i += 6 // the low half
 			}
 			i++ // the u; its hex digits are not quotes nor backslashes
 		case c == '\\':
