@@ -163,8 +163,9 @@ func (d *decoder) patterns(key string) any {
 		}
 		if err := checkPattern(p); err != nil {
 			hint := ""
-			if strings.HasSuffix(err.Error(), "trailing backslash") {
-				// Perhaps an escaped space that YAML or ARGS dropped.
+			if escaped(p, len(p)) {
+				// A lone backslash at the end: perhaps an escaped space
+				// that YAML or ARGS dropped.
 				hint = ` (a pattern that ends in a space is written "x\ ", in a YAML file in single quotes)`
 			}
 			d.fail(key, "bad pattern %q: %v%s", p, err, hint)

@@ -78,15 +78,21 @@ func trimPattern(p string) string {
 		if w == 0 || !unicode.IsSpace(r) {
 			return p
 		}
-		slashes := 0
-		for i := len(p) - w - 1; i >= 0 && p[i] == '\\'; i-- {
-			slashes++
-		}
-		if slashes%2 == 1 {
+		if escaped(p, len(p)-w) {
 			return p
 		}
 		p = p[:len(p)-w]
 	}
+}
+
+// escaped reports whether the byte at p[i] (i may be len(p)) follows an
+// odd run of backslashes: one that escapes it.
+func escaped(p string, i int) bool {
+	n := 0
+	for j := i - 1; j >= 0 && p[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
 }
 
 // classEnd returns the index of the ] that closes the [...] class whose
