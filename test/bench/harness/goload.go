@@ -134,6 +134,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         skew,
 		Settle:       settle(skew),
+		Alone:        true,
 		// Redis cannot use the second core; Cicada with two loops can.
 		// The bare server, answering every request itself, is the most
 		// any proxy could reach with this load generator on this machine;
@@ -149,6 +150,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         open,
 		Settle:       settle(open),
+		Alone:        true,
 		// bare-forward: the least latency a caching proxy with Cicada's
 		// loops could add on this machine.
 		Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetTwem, targetBareFwd},
@@ -160,6 +162,7 @@ func goScenarios(c scenarioConfig) []scenario {
 		Prefill:      prefillSkew(c.Loadgen),
 		Load:         many,
 		Settle:       settle(many),
+		Alone:        true,
 		Targets:      []string{targetRedis, targetCicada2, targetCicada2Ded, targetTwem},
 	}}
 }

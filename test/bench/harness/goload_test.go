@@ -94,3 +94,26 @@ func TestSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestAloneWhereWrites: every scenario whose load writes (redis-benchmark
+// -t set; the load generator, 10% SETs) runs each target with no other
+// Cicada subscribed to Redis's keyspace notifications, and the read-only
+// ones keep their Cicadas running between rounds (a hot key stays cached).
+func TestAloneWhereWrites(t *testing.T) {
+	scs := scenarios(scenarioConfig{NP1: 1000, NP16: 1000, Clients: 50, Bench: "redis-benchmark",
+		Loadgen: "loadgen", GoDuration: time.Second, OpenRate: 1000, Settle: time.Second})
+	var alone int
+	for _, sc := range scs {
+		_, generated := sc.Load.(goLoad)
+		writes := generated || strings.Contains(strings.Join(sc.Load.Args("127.0.0.1:1"), " "), " -t set ")
+		if sc.Alone != writes {
+			t.Errorf("%s: Alone %v, its load writes: %v", sc.Name, sc.Alone, writes)
+		}
+		if sc.Alone {
+			alone++
+		}
+	}
+	if alone != 5 { // 3 miss SET -P1 and -P16, 4, 5, 6
+		t.Errorf("%d scenarios alone, want 5", alone)
+	}
+}

@@ -302,24 +302,50 @@ func run(o options) error {
 func (s *servers) runScenarios(chosen []scenario, rep *report, tick int64) error {
 	for _, sc := range chosen {
 		targets := sc.targets()
-		s.stopCicadasBut(targets)
-		for _, t := range targets {
-			if err := s.ensure(t, sc.HotThreshold); err != nil {
-				return err
+		if sc.Alone {
+			s.stopCicadasBut(nil) // each target starts alone, below
+		} else {
+			s.stopCicadasBut(targets)
+			for _, t := range targets {
+				if err := s.ensure(t, sc.HotThreshold); err != nil {
+					return err
+				}
 			}
 		}
 		if err := sc.Prefill(s.redis.addr); err != nil {
 			return fmt.Errorf("harness: %s: prefill: %w", sc.Name, err)
 		}
 		fmt.Fprintf(os.Stderr, "%s: %v\n", sc.Name, sc.Load.Args("HOST:PORT")[1:])
-		for _, t := range targets { // warm-up: connections, hot detection, cache fill
+		warmUp := func(t string) error { // connections, hot detection, cache fill
 			if err := sc.Load.WarmUp(s.addr(t)); err != nil {
 				return fmt.Errorf("harness: %s: warm-up on %s: %w", sc.Name, t, err)
+			}
+			return nil
+		}
+		for _, t := range targets {
+			if sc.Alone {
+				if _, err := s.alone(t, sc.HotThreshold); err != nil {
+					return err
+				}
+			}
+			if err := warmUp(t); err != nil {
+				return err
 			}
 		}
 		for r := 0; r < s.o.rounds; r++ {
 			rsc := sc.forRound(r)
 			for _, t := range roundOrder(targets, r) {
+				if sc.Alone {
+					started, err := s.alone(t, sc.HotThreshold)
+					if err != nil {
+						return err
+					}
+					if started && sc.Settle == nil {
+						if err := warmUp(t); err != nil {
+							return err
+						}
+					}
+				}
 				if sc.Settle != nil && s.cicada[t] != nil {
 					if err := sc.Settle(s.addr(t), r); err != nil {
 						return fmt.Errorf("harness: %s: settling %s, round %d: %w", sc.Name, t, r+1, err)
@@ -570,6 +596,15 @@ func (s *servers) stopCicadasBut(targets []string) {
 			delete(s.cicada, t)
 		}
 	}
+}
+
+// alone stops every Cicada but target t's and starts t's process if it
+// is not running (scenario.Alone); started reports a Cicada just started.
+func (s *servers) alone(t string, threshold uint32) (started bool, err error) {
+	s.stopCicadasBut([]string{t})
+	_, isCicada := s.o.cicadaFor(t, threshold)
+	started = isCicada && s.cicada[t] == nil
+	return started, s.ensure(t, threshold)
 }
 
 // ensureCicada runs Cicada target t with configuration cfg, restarting it

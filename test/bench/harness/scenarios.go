@@ -74,6 +74,15 @@ type scenario struct {
 	// seconds fill widely; docs/performance.md). round is the measured
 	// run's (0-based).
 	Settle func(addr string, round int) error
+	// Alone: no other Cicada runs during a target's warm-up, settle and
+	// measured runs (each is stopped; a Cicada target starts again for
+	// its own). For the scenarios that write: every running Cicada
+	// subscribes to Redis's keyspace notifications, so an idle one costs
+	// Redis a notification per write and itself CPU for each, on the
+	// cores the measured run shares (under scenario 4's load, 3.6% of a
+	// core for each idle Cicada, about 4 µs per notification;
+	// 2026-12-05), a cost no deployment has: one Cicada fronts a Redis.
+	Alone bool
 }
 
 // roundLoad is a Load whose traffic differs per round: Round(r) is the
@@ -165,6 +174,7 @@ func scenarios(c scenarioConfig) []scenario {
 				HotThreshold: 1000, // a floor no key reaches (each is read about once a second): the miss path
 				Prefill:      prefillMissKeys,
 				Load:         l,
+				Alone:        cmd == "set",
 				// cicada-off: the detector's cost is the gap to it.
 				Targets: []string{targetRedis, targetCicada, targetCicadaDed, targetCicadaOff, targetTwem},
 			})
