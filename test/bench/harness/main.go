@@ -587,8 +587,8 @@ func (s *servers) ensureBareFwd(t string, loops int) error {
 // one left from an earlier scenario would cost Redis a notification per
 // write and wake itself for each, in every target's rounds: with five
 // idle Cicadas, Redis alone served scenario 4's load 20% slower
-// (docs/performance.md). The Cicadas of one scenario still see each
-// other's writes.
+// (docs/performance.md). In a scenario that writes (scenario.Alone) each
+// target also runs without the scenario's other Cicadas (alone).
 func (s *servers) stopCicadasBut(targets []string) {
 	for t, c := range s.cicada {
 		if !slices.Contains(targets, t) {
