@@ -46,6 +46,9 @@ type loopState struct {
 	settling, settlingSpare []*session
 	settleQueued            bool
 	settleTask              gnet.Runnable
+	// settleMode is whether hits that end their batch wait for the settle
+	// pass or ask for themselves (settle.go, holding).
+	settleMode
 }
 
 // Idle connections give back what a burst grew, as Redis shrinks the

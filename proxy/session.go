@@ -326,7 +326,7 @@ func (s *session) processClient() {
 			} else {
 				// A hit that ends the batch may wait for the settle pass
 				// (settle.go): nothing behind it waits with it.
-				l.mayDefer = !held && off+n == len(buf) && !half
+				l.mayDefer = !held && off+n == len(buf) && !half && l.holding()
 				d = s.onRequest(n)
 				l.mayDefer = false
 			}

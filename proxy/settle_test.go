@@ -13,9 +13,11 @@ import (
 type staleFencer struct {
 	quietFencer
 	stale []uint64
+	asked int // Unapplied calls
 }
 
 func (f *staleFencer) Unapplied(dst []uint64, _ []byte) ([]uint64, bool) {
+	f.asked++
 	return append(dst, f.stale...), false
 }
 
@@ -25,6 +27,7 @@ func settleSession(t *testing.T, f *staleFencer) (*session, *fakeConn, []byte, [
 	t.Helper()
 	srv, reply := hitServerOn(t, 1, f)
 	s, c := srv.hitSessionOn(0)
+	s.el.hold = true // as under load (settleMode): these tests are about the pass
 	return s, c, resp.AppendCommand(nil, []byte("GET"), []byte(hitKey)), reply
 }
 
@@ -115,5 +118,85 @@ func TestSettleClosed(t *testing.T) {
 	runTasks(s)
 	if len(c.out) != 0 || s.el.stats.inflight.Load() != 0 {
 		t.Errorf("wrote %q, in flight %d: want nothing, 0", c.out, s.el.stats.inflight.Load())
+	}
+}
+
+// TestSettleModeAsksUnderLightLoad: a loop whose passes gather one hit
+// each answers a hit that ends its batch at once, asking for it alone;
+// every probeEvery batch ends it holds one again (a probe), and goes on
+// asking while the probes find nothing to gather.
+func TestSettleModeAsksUnderLightLoad(t *testing.T) {
+	f := &staleFencer{}
+	s, c, get, reply := settleSession(t, f)
+	s.el.hold = false
+	for probe := range 3 {
+		for i := range probeEvery {
+			c.in, c.out, f.asked = get, nil, 0
+			s.processClient()
+			if !bytes.Equal(c.out, reply) || len(c.in) != 0 || f.asked != 1 || s.pause != pauseNone {
+				t.Fatalf("probe %d, hit %d: wrote %q, left %q, asked %d times, pause %d: want the cached reply at once, one ask, no pause",
+					probe, i, c.out, c.in, f.asked, s.pause)
+			}
+		}
+		c.in, c.out = get, nil
+		s.processClient()
+		checkHeld(t, s, c, get)
+		runTasks(s)
+		if !bytes.Equal(c.out, reply) || s.el.hold {
+			t.Fatalf("probe %d: the pass wrote %q, holding %v: want the cached reply, not holding", probe, c.out, s.el.hold)
+		}
+	}
+}
+
+// TestSettleModeHoldsUnderLoad: a probe whose pass gathers many hits puts
+// the loop back to holding them, and passes that gather few let it ask
+// again; between the two bounds it keeps its mode.
+func TestSettleModeHoldsUnderLoad(t *testing.T) {
+	f := &staleFencer{}
+	s, _, get, reply := settleSession(t, f)
+	s.el.hold = false
+	s.el.ends = probeEvery // the next batch end is a probe
+	clients := make([]*fakeConn, 32)
+	sessions := make([]*session, len(clients))
+	for i := range clients {
+		sessions[i], clients[i] = s.srv.hitSessionOn(0)
+		clients[i].in = get
+		sessions[i].processClient()
+		// The first probes, the rest join its pass.
+		if sessions[i].pause != pauseSettle || len(clients[i].out) != 0 {
+			t.Fatalf("client %d: pause %d, wrote %q: want its hit held", i, sessions[i].pause, clients[i].out)
+		}
+	}
+	f.asked = 0
+	runTasks(s)
+	for i, c := range clients {
+		if !bytes.Equal(c.out, reply) {
+			t.Fatalf("client %d got %q, want the cached reply", i, c.out)
+		}
+	}
+	if f.asked != 1 || !s.el.hold {
+		t.Fatalf("asked %d times, holding %v: want one ask for the pass of 32, holding", f.asked, s.el.hold)
+	}
+
+	m := settleMode{}
+	for i, tc := range []struct {
+		n    int
+		hold bool
+	}{
+		{24, true}, // 3.0
+		{1, true},  // 2.75: between the bounds
+		{1, true},  // 2.53
+		{1, true},  // 2.34
+		{1, true},  // 2.17
+		{1, true},  // 2.02
+		{1, false}, // 1.89
+		{9, false}, // 2.78: between the bounds
+		{9, true},  // 3.56
+	} {
+		l := &loopState{settleMode: m}
+		l.passed(tc.n)
+		if m = l.settleMode; m.hold != tc.hold {
+			t.Errorf("pass %d of %d hits: average %.2f, holding %v, want %v", i, tc.n, m.perPass, m.hold, tc.hold)
+		}
 	}
 }
