@@ -63,9 +63,10 @@ const (
 	probeEvery = 16
 )
 
-// holding reports whether the hit about to be decided, which ends its
-// batch, may be held for the settle pass: while the loop holds hits,
-// while a pass is queued anyway (joining it is free), and at a probe.
+// holding reports whether the request about to be decided, the last of
+// its batch, may have its hit held for the settle pass: while the loop
+// holds hits, while a pass is queued anyway (joining it is free), and
+// from a probe's batch end until the next pass.
 func (l *loopState) holding() bool {
 	if l.hold || l.settleQueued {
 		return true
