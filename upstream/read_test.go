@@ -180,3 +180,42 @@ func TestReadHandsOnOnlyReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPaced: a read that returned bytes makes the next read that finds
+// the queue empty sleep (it returns nothing and no error) instead of
+// waiting for the socket; the read after that waits for it (it returns at
+// the deadline). A request written on the connection leaves a wake that
+// ends the reader's sleep.
+func TestReadPaced(t *testing.T) {
+	w, srv, s := fakeWatched(t)
+	buf := make([]byte, 4096)
+	w.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m := pmsg("0", "k")
+	srv.Write([]byte(m))
+	queued(t, w, len(m))
+	if n, err := w.readOnce(buf); n != 0 || err != nil || s.Events() != 1 || !w.flowing {
+		t.Fatalf("got %d, %v, %d events, flowing %v; want 0, nil, 1, true", n, err, s.Events(), w.flowing)
+	}
+	if n, err := w.readOnce(buf); n != 0 || err != nil || w.flowing {
+		t.Fatalf("empty queue while flowing: got %d, %v, flowing %v; want a sleep: 0, nil, false", n, err, w.flowing)
+	}
+	w.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := w.readOnce(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("empty queue, not flowing: got %v; want to park until the deadline", err)
+	}
+
+	if _, err := w.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.wake) != 1 {
+		t.Fatal("Write left no wake for the reader")
+	}
+	w.sleep(10 * time.Second) // returns at once: the wake is there
+	if len(w.wake) != 0 {
+		t.Fatal("the sleep did not take the wake")
+	}
+	got := make([]byte, 6)
+	if _, err := io.ReadFull(srv, got); err != nil || string(got) != "PING\r\n" {
+		t.Fatalf("Redis got %q, %v", got, err)
+	}
+}

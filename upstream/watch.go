@@ -1,13 +1,14 @@
 package upstream
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -26,7 +27,8 @@ import (
 // Why: a write another client sent to Redis directly was acknowledged at
 // about the moment its notification reached this socket. Until it is
 // applied, the cache may answer with the value before the write; on a busy
-// machine the goroutine that reads the socket can wait milliseconds to run.
+// machine the goroutine that reads the socket can wait milliseconds to run,
+// and while notifications flow it reads only every pace.
 // An event loop that knows which keys are in that gap forwards their reads
 // to Redis instead.
 //
@@ -47,60 +49,53 @@ import (
 // applies them. pend and partial change only under mu. unapplied may run
 // on any goroutine; it only tries mu, and without it peeks as before.
 type watchedConn struct {
-	net.Conn // the *net.TCPConn; an interface, so its WriteTo and ReadFrom are not promoted past Read
-	sub      *Subscriber
-	raw      syscall.RawConn
-	fd       int    // the socket, valid until closed is set
-	pend     []byte // the start of a reply whose end has not been read yet
-	out      []byte // complete replies for go-redis that its last Read had no room for
+	sub          *Subscriber
+	fd           int             // the socket (watchsock.go), valid until closed is set
+	ep           *os.File        // an epoll instance watching fd, itself in the netpoller (watchsock.go)
+	epRaw        syscall.RawConn // ep's
+	wake         chan struct{}   // ends the reader's sleep (signal)
+	laddr, raddr net.Addr
+	pend         []byte // the start of a reply whose end has not been read yet
+	out          []byte // complete replies for go-redis that its last Read had no room for
 
 	// mu is held while bytes are taken off the socket and applied, and
 	// while it is closed: an event loop that holds it may read the socket.
 	mu sync.Mutex
+	// rmu is held by the reading goroutine in readOnce, wmu by Write:
+	// Close waits for both before it closes the descriptors, so that
+	// neither is used once its number may name another file.
+	rmu, wmu sync.Mutex
 
 	closed  atomic.Bool   // set before the socket is closed
+	shut    atomic.Bool   // Close has been called
 	broken  atomic.Bool   // the stream is not RESP2: nothing can be trusted
 	inRead  atomic.Bool   // a read is taking bytes off the socket and applying them
 	partial atomic.Bool   // len(pend) > 0: the socket's bytes start mid-reply
 	reads   atomic.Uint64 // reads that returned bytes
+
+	rdl, wdl atomic.Int64 // read and write deadlines in Unix ns; 0 means none
+
+	// flowing (the reading goroutine's) is set by a read that returned
+	// bytes: the next read that finds the queue empty sleeps for pace
+	// instead of waiting for the socket, unless it stopped mid-reply
+	// (readOnce).
+	flowing bool
+	pacer   *time.Timer // the reading goroutine's, for the sleep
 }
 
-// dialWatched is a go-redis Dialer that returns a watchedConn for s and
-// publishes it as s.watch.
-//
-// It dials once: go-redis, when the connection fails, dials again and
-// resubscribes at once, before the session sees the error and suspends the
-// cache, and a fresh empty socket would make Unapplied report nothing
-// unapplied for writes that were never notified. Refused, the dead
-// connection stays published (closed: Unapplied reports all) and the
-// session ends as it does for any receive error.
-func dialWatched(d *net.Dialer, s *Subscriber) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	var dialed atomic.Bool
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if dialed.Swap(true) {
-			return nil, errors.New("upstream: notification connection lost")
-		}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		tcp, ok := c.(*net.TCPConn)
-		if !ok {
-			_ = c.Close()
-			return nil, errors.New("upstream: notification connection is not TCP")
-		}
-		w := &watchedConn{Conn: tcp, sub: s, fd: -1}
-		if w.raw, err = tcp.SyscallConn(); err == nil {
-			err = w.raw.Control(func(fd uintptr) { w.fd = int(fd) })
-		}
-		if err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		s.watch.Store(w)
-		return w, nil
-	}
-}
+// pace is how long the goroutine reading the notification connection
+// sleeps, while notifications keep arriving, before it reads again:
+// waiting for the socket instead, it woke for every notification (a
+// thread woken and a context switch per write Redis notified). Asleep for
+// pace it wakes at most 200 times a second whatever the write rate: an
+// idle Cicada beside 20,000 writes/s to Redis used 38-51 ms of CPU a
+// second instead of 230-265 (docs/performance.md, "Writes Cicada does
+// not see"). What it delays is not a reply's freshness: a hit asks
+// Unapplied which notifications are in the socket, and the event loops
+// apply those at the head of the queue; only the eviction of keys nobody
+// reads, and the Invalidated calls, wait up to pace. go-redis's replies
+// (pongs, confirmations) do not: a request it writes ends the sleep.
+const pace = 5 * time.Millisecond
 
 // Read reads like net.Conn's Read (deadlines included), applies the
 // keyspace notifications and flushes among the bytes it takes off the
@@ -130,37 +125,67 @@ func (w *watchedConn) Read(p []byte) (int, error) {
 
 // readOnce takes one read(2)'s bytes off the socket and applies them; it
 // returns how many bytes of replies for go-redis it left at the start of p
-// (0 when the bytes were notifications or part of a reply; more may wait
-// in out).
+// (0 when the bytes were notifications or part of a reply, or when it
+// slept; more may wait in out). On an empty queue it waits in the
+// netpoller for the socket (await), or, when the last read returned bytes
+// and did not stop mid-reply, sleeps for pace (Write and Close end the
+// sleep) and returns. Once the read deadline has passed it returns the
+// deadline's error before it reads, and once closed is set net.ErrClosed
+// (both in a *net.OpError).
 func (w *watchedConn) readOnce(p []byte) (int, error) {
-	var n, kept int
-	var rerr error
-	err := w.raw.Read(func(fd uintptr) bool {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	for {
+		if w.closed.Load() {
+			return 0, w.opErr("read", net.ErrClosed)
+		}
+		left := time.Duration(-1)
+		if dl := w.rdl.Load(); dl != 0 {
+			if left = time.Duration(dl - time.Now().UnixNano()); left <= 0 {
+				return 0, w.opErr("read", os.ErrDeadlineExceeded)
+			}
+		}
+		var n, kept int
 		w.mu.Lock()
 		w.inRead.Store(true)
-		n, rerr = read(int(fd), p)
+		n, rerr := read(w.fd, p)
 		if n > 0 {
 			kept = w.apply(p, n)
 			w.reads.Add(1)
 		}
 		w.inRead.Store(false)
 		w.mu.Unlock()
-		return !errors.Is(rerr, unix.EAGAIN)
-	})
-	switch {
-	case w.broken.Load():
-		// Not RESP2: stop here rather than count on go-redis failing on
-		// the same bytes. The session ends and the cache is suspended.
-		w.closed.Store(true)
-		return 0, errNotRESP2
-	case err != nil: // deadline, closed
-		return 0, err
-	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: rerr}
-	case n == 0:
-		return 0, io.EOF
+		switch {
+		case w.broken.Load():
+			// Not RESP2: stop here rather than count on go-redis failing on
+			// the same bytes. The session ends and the cache is suspended.
+			w.closed.Store(true)
+			return 0, errNotRESP2
+		case n > 0:
+			w.flowing = true
+			return kept, nil
+		case rerr == nil:
+			return 0, io.EOF
+		case errors.Is(rerr, unix.EINTR):
+			continue
+		case !errors.Is(rerr, unix.EAGAIN):
+			return 0, w.opErr("read", rerr)
+		}
+		// Mid-reply, the loops cannot tell which keys are queued
+		// (Unapplied reports all) until the rest is read: that waits for
+		// the socket, not for pace.
+		if w.flowing && !w.partial.Load() {
+			w.flowing = false
+			if left < 0 || left > pace {
+				left = pace
+			}
+			w.sleep(left)
+			return 0, nil
+		}
+		if err := w.await(); err != nil {
+			return 0, w.opErr("read", err)
+		}
 	}
-	return kept, nil
 }
 
 // apply applies every complete reply in pend+p[:n], keeps the start of an
@@ -215,20 +240,6 @@ func (w *watchedConn) apply(p []byte, n int) (kept int) {
 	}
 	w.partial.Store(len(w.pend) > 0)
 	return kept
-}
-
-// Close marks the connection closed, waits until no event loop is taking
-// bytes off it (an event loop's take that began before sees closed once
-// it has mu; the descriptor may name another socket after the close),
-// then closes it. It does not hold mu while it closes: net's Close waits
-// for the descriptor's references to go, and go-redis's reader holds one
-// while it waits for mu (readOnce), which deadlocked shutdown (found by an
-// attack on the change: TestAttackCloseDeadlockReadLoop).
-func (w *watchedConn) Close() error {
-	w.closed.Store(true)
-	w.mu.Lock()
-	w.mu.Unlock() // a barrier: the takes that began before have ended
-	return w.Conn.Close()
 }
 
 // errNotRESP2 ends a notification connection whose bytes are not RESP2.
@@ -342,7 +353,7 @@ scan:
 }
 
 // read is read(2) on the non-blocking socket fd as a raw system call: it
-// never blocks (EAGAIN parks the goroutine in the netpoller instead), and
+// never blocks (on EAGAIN the reader waits: readOnce), and
 // unix.Read's entersyscall wakes a sleeping sysmon thread, which is two
 // futex calls and a nanosleep per notification when nothing else runs
 // (strace -c and perf: 31-36 µs of CPU per notification at 2,000/s, now
