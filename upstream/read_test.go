@@ -218,4 +218,42 @@ func TestReadPaced(t *testing.T) {
 	if _, err := io.ReadFull(srv, got); err != nil || string(got) != "PING\r\n" {
 		t.Fatalf("Redis got %q, %v", got, err)
 	}
+
+	// Until the PING's reply is handed on, notifications flowing do not
+	// make the reader sleep: it waits for the socket (found by an attack:
+	// the wake was spent on a notification and the pong waited for pace).
+	w.SetReadDeadline(time.Now().Add(5 * time.Second))
+	srv.Write([]byte(m))
+	queued(t, w, len(m))
+	if n, err := w.readOnce(buf); n != 0 || err != nil || !w.flowing {
+		t.Fatalf("got %d, %v, flowing %v; want 0, nil, true", n, err, w.flowing)
+	}
+	w.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := w.readOnce(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("empty queue, a reply owed: got %v; want to wait for the socket until the deadline", err)
+	}
+	w.SetReadDeadline(time.Now().Add(5 * time.Second))
+	srv.Write([]byte(m + pong))
+	if got := readAll(t, w, len(pong), 4096); got != pong {
+		t.Fatalf("go-redis got %q, want the pong", got)
+	}
+	if n, err := w.readOnce(buf); n != 0 || err != nil || w.flowing {
+		t.Fatalf("reply handed on, queue empty: got %d, %v, flowing %v; want a sleep: 0, nil, false", n, err, w.flowing)
+	}
+}
+
+// TestReadDeadlineClockStep: a read waiting for the socket returns at the
+// deadline by the netpoller's clock even when the wall clock, which the
+// stored deadline is compared with, says it has not passed (a wall clock
+// stepped back): it does not loop until the wall clock catches up (found by
+// an attack; simulated by storing a later wall-clock deadline).
+func TestReadDeadlineClockStep(t *testing.T) {
+	w, _, _ := fakeWatched(t)
+	w.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	w.rdl.Store(time.Now().Add(time.Minute).UnixNano())
+	t0 := time.Now()
+	_, err := w.Read(make([]byte, 64))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(t0) > 30*time.Second {
+		t.Fatalf("got %v after %v; want the deadline's error at the netpoller's deadline", err, time.Since(t0))
+	}
 }

@@ -75,6 +75,14 @@ type watchedConn struct {
 
 	rdl, wdl atomic.Int64 // read and write deadlines in Unix ns; 0 means none
 
+	// asked counts go-redis's requests (Write); answered (the reading
+	// goroutine's) is asked as it was before the last read that handed
+	// go-redis a reply. While they differ a request may wait for its
+	// reply, and the reader does not sleep. Two requests in flight whose
+	// replies arrive in two reads can let the second wait up to pace.
+	asked    atomic.Uint64
+	answered uint64
+
 	// flowing (the reading goroutine's) is set by a read that returned
 	// bytes: the next read that finds the queue empty sleeps for pace
 	// instead of waiting for the socket, unless it stopped mid-reply
@@ -94,7 +102,9 @@ type watchedConn struct {
 // Unapplied which notifications are in the socket, and the event loops
 // apply those at the head of the queue; only the eviction of keys nobody
 // reads, and the Invalidated calls, wait up to pace. go-redis's replies
-// (pongs, confirmations) do not: a request it writes ends the sleep.
+// (pongs, which release fences, and confirmations) do not: a request it
+// writes ends the sleep, and the reader waits for the socket until a
+// reply has been handed on (asked, answered).
 const pace = 5 * time.Millisecond
 
 // Read reads like net.Conn's Read (deadlines included), applies the
@@ -127,9 +137,9 @@ func (w *watchedConn) Read(p []byte) (int, error) {
 // returns how many bytes of replies for go-redis it left at the start of p
 // (0 when the bytes were notifications or part of a reply, or when it
 // slept; more may wait in out). On an empty queue it waits in the
-// netpoller for the socket (await), or, when the last read returned bytes
-// and did not stop mid-reply, sleeps for pace (Write and Close end the
-// sleep) and returns. Once the read deadline has passed it returns the
+// netpoller for the socket (await), or, when the last read returned bytes,
+// did not stop mid-reply and no request of go-redis's waits for its reply,
+// sleeps for pace (Write and Close end the sleep) and returns. Once the read deadline has passed it returns the
 // deadline's error before it reads, and once closed is set net.ErrClosed
 // (both in a *net.OpError).
 func (w *watchedConn) readOnce(p []byte) (int, error) {
@@ -146,6 +156,7 @@ func (w *watchedConn) readOnce(p []byte) (int, error) {
 			}
 		}
 		var n, kept int
+		asked := w.asked.Load()
 		w.mu.Lock()
 		w.inRead.Store(true)
 		n, rerr := read(w.fd, p)
@@ -163,6 +174,9 @@ func (w *watchedConn) readOnce(p []byte) (int, error) {
 			return 0, errNotRESP2
 		case n > 0:
 			w.flowing = true
+			if kept > 0 || len(w.out) > 0 {
+				w.answered = asked
+			}
 			return kept, nil
 		case rerr == nil:
 			return 0, io.EOF
@@ -172,9 +186,10 @@ func (w *watchedConn) readOnce(p []byte) (int, error) {
 			return 0, w.opErr("read", rerr)
 		}
 		// Mid-reply, the loops cannot tell which keys are queued
-		// (Unapplied reports all) until the rest is read: that waits for
-		// the socket, not for pace.
-		if w.flowing && !w.partial.Load() {
+		// (Unapplied reports all) until the rest is read; and a request's
+		// reply holds a fence (Subscriber.Fence): both wait for the
+		// socket, not for pace.
+		if w.flowing && !w.partial.Load() && w.answered == w.asked.Load() {
 			w.flowing = false
 			if left < 0 || left > pace {
 				left = pace
@@ -182,7 +197,7 @@ func (w *watchedConn) readOnce(p []byte) (int, error) {
 			w.sleep(left)
 			return 0, nil
 		}
-		if err := w.await(); err != nil {
+		if err := w.await(); err != nil { // ep's deadline, or the socket cannot be armed
 			return 0, w.opErr("read", err)
 		}
 	}

@@ -113,10 +113,13 @@ func detach(tcp *net.TCPConn, s *Subscriber) (*watchedConn, error) {
 // finds why). It arms the socket in ep for one event (EPOLL_CTL_MOD with
 // EPOLLONESHOT) and takes the event, with raw non-blocking system calls
 // made inside ep's descriptor's reference (Close cannot close it
-// meanwhile). It returns an error only if the socket cannot be armed.
+// meanwhile). It returns os.ErrDeadlineExceeded once ep's deadline has
+// passed (its clock, not the wall clock readOnce compares the deadline
+// with: a wall clock stepped back must not leave the caller looping), and
+// the error if the socket cannot be armed.
 func (w *watchedConn) await() error {
 	var armErr error
-	_ = w.epRaw.Read(func(epfd uintptr) bool {
+	err := w.epRaw.Read(func(epfd uintptr) bool {
 		arm := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.fd)}
 		if _, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, epfd, unix.EPOLL_CTL_MOD, uintptr(w.fd),
 			uintptr(unsafe.Pointer(&arm)), 0, 0); errno != 0 {
@@ -127,6 +130,9 @@ func (w *watchedConn) await() error {
 		n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, epfd, uintptr(unsafe.Pointer(&ev[0])), 1, 0, 0, 0)
 		return n > 0 || (errno != 0 && errno != unix.EINTR)
 	})
+	if armErr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
 	return armErr
 }
 
@@ -154,8 +160,9 @@ func (w *watchedConn) signal() {
 }
 
 // Write writes b like net.Conn's Write (write deadline included), then
-// ends the reading goroutine's sleep: go-redis's request has a reply to
-// wait for. It waits in poll(2) while the socket's send buffer is full
+// counts it in asked and ends the reading goroutine's sleep: go-redis's
+// request has a reply to wait for, which the reader then waits for
+// without sleeping (readOnce). It waits in poll(2) while the socket's send buffer is full
 // (go-redis's requests here are a few short commands a second).
 func (w *watchedConn) Write(b []byte) (int, error) {
 	w.wmu.Lock()
@@ -185,6 +192,7 @@ func (w *watchedConn) Write(b []byte) (int, error) {
 			return n, w.opErr("write", errno)
 		}
 	}
+	w.asked.Add(1)
 	w.signal()
 	return n, nil
 }
