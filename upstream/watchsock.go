@@ -22,7 +22,7 @@ import (
 // reading goroutine waits for it (EPOLLONESHOT), and that instance is in
 // the netpoller: the reader waits there while notifications are rare, and
 // sleeps for pace between reads, the socket unwatched, while they flow
-// (readOnce). No system call it makes blocks (a blocking one would keep
+// (readOnce). No system call the reader makes blocks (one that did would keep
 // the runtime's sysmon thread awake: about 1,900 nanosleeps a second in a
 // build that waited in poll(2)).
 
