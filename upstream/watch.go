@@ -139,9 +139,9 @@ func (w *watchedConn) Read(p []byte) (int, error) {
 // slept; more may wait in out). On an empty queue it waits in the
 // netpoller for the socket (await), or, when the last read returned bytes,
 // did not stop mid-reply and no request of go-redis's waits for its reply,
-// sleeps for pace (Write and Close end the sleep) and returns. Once the read deadline has passed it returns the
-// deadline's error before it reads, and once closed is set net.ErrClosed
-// (both in a *net.OpError).
+// sleeps for pace (Write and Close end the sleep) and returns. Once the
+// read deadline has passed it returns the deadline's error before it
+// reads, and once closed is set net.ErrClosed (both in a *net.OpError).
 func (w *watchedConn) readOnce(p []byte) (int, error) {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
