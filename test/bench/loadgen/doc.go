@@ -37,13 +37,14 @@
 // one at a time. Latency is measured from the intended time, not the send:
 // if a connection is still waiting for an earlier reply (or woke late), that
 // delay counts, as it would for a user whose request arrived then (the
-// coordinated-omission correction of wrk2 / HdrHistogram). A connection
-// waits for its intended time on a timerfd read through the Go netpoller
-// (pace.go), which wakes it within tens of µs: time.Sleep wakes an idle Go
-// process up to 1 ms late (epoll_wait timeouts are whole milliseconds;
-// 880 µs median lateness measured here), and that lateness, counted as
-// latency, had direct Redis at p50 510 µs and proxies in front of it at
-// 150 µs (their extra work kept the generator's threads awake). "late"
+// coordinated-omission correction of wrk2 / HdrHistogram). All connections
+// run on one OS thread with an epoll instance of its own (open.go): the
+// next intended time is epoll_pwait2's timeout (nanoseconds, the thread's
+// timer slack set to 1 ns; epoll_wait's whole milliseconds, and Go's timers
+// on an idle process, woke up to 1 ms late, which counted as latency the
+// server never caused), and each reply is read when its socket turns
+// readable. The sockets are nonblocking descriptors outside Go's netpoller,
+// so no request costs a goroutine hand-off between threads. "late"
 // counts sends more than -late-slack (1 ms) after their intended time;
 // "missed" counts intended times still unsent when the run ended (not in
 // the histogram: a run with missed > 0 understates the tail). ops_per_sec is
@@ -66,15 +67,20 @@
 // # Cost of the generator
 //
 // Raw RESP over TCP: requests are encoded with resp.AppendCommand into a
-// reused buffer, replies are skipped by an allocation-free reader (ReadSlice
-// and Discard on a bufio.Reader); a closed-loop round trip allocates nothing
-// (TestClosedStepNoAllocs). One goroutine per connection. cpu_s is this
+// reused buffer, replies are skipped without allocating (the closed loop:
+// ReadSlice and Discard on a bufio.Reader; the open loop: resp.Scanner over
+// the connection's read buffer); a closed-loop round trip allocates nothing
+// (TestClosedStepNoAllocs). The closed loop runs a goroutine per
+// connection, the open loop one thread for all (above). cpu_s is this
 // process's user+system time (getrusage) during the run. Measured on the
-// project's 2-core machine against redis-server 127.0.0.1:7801 (loopback):
-// closed loop, c=200, P=1: 6.6-7.1 CPU s per 1M requests (85-94% of one
-// core at 120-145k ops/s; two syscalls and a goroutine wake-up per request
-// dominate); c=50, P=16: 0.94 s per 1M; open loop at 20,000/s: 31-39 s per
-// 1M, 62-78% of one core (a timer wake-up per request, on top of the
-// reply's). On two cores the generator competes with what it measures:
-// report its share with the figures.
+// project's 2-core machine against redis-server on loopback: closed loop,
+// c=200, P=1: 6.6-7.1 CPU s per 1M requests (85-94% of one core at
+// 120-145k ops/s; two syscalls and a goroutine wake-up per request
+// dominate); c=50, P=16: 0.94 s per 1M. Open loop at 20,000/s: 32-33 s per
+// 1M against Redis, 29-31 through Cicada (one epoll_pwait2, one write and
+// one read per request, 0.8 context switches: each wake-up of an idle vCPU
+// costs this VM far more than the calls' own work); a goroutine per
+// connection on a timerfd cost 40-43 and 34-39 in the same run, alternating
+// (2026-12-06, four rounds of 6 s each). On two cores the generator
+// competes with what it measures: report its share with the figures.
 package main

@@ -14,6 +14,7 @@ import (
 	"github.com/cicada-proxy/cicada/resp"
 	"github.com/cicada-proxy/cicada/test/bench/loadgen/report"
 	"github.com/cicada-proxy/cicada/test/bench/zipf"
+	"golang.org/x/sys/unix"
 )
 
 // Scenario names, as given to -scenario and reported in "scenario".
@@ -43,11 +44,12 @@ type config struct {
 	Seed      uint64
 }
 
-// worker is one connection and everything it reuses between requests.
-// Owned by its goroutine; the counters and hist are read by run only after
-// the goroutine has finished.
+// worker is one connection's request generator, histograms and counters,
+// and in the closed loop the connection itself (an open loop's is an
+// openConn). Owned by the goroutine that runs it; the counters and hist
+// are read by run only after it has finished.
 type worker struct {
-	conn net.Conn
+	conn net.Conn // closed loop and prefill
 	br   *bufio.Reader
 	out  []byte   // request bytes of one round trip, reused
 	key  []byte   // "key:<i>", reused
@@ -62,7 +64,6 @@ type worker struct {
 	// byKind splits hist by command, GET ([0]) and SET ([1]), for round
 	// trips of one request (the open loop, and the closed loop at -P 1).
 	byKind [2]*hdrhistogram.Histogram
-	pace   *pacer // open loop: sleeps until intended times
 
 	ops, errs, late, missed int64
 	ioErr                   error
@@ -74,6 +75,8 @@ var (
 	cmdEX  = []byte("EX")
 )
 
+// newWorker returns a worker with a connection to cfg.Addr (closed loop,
+// prefill); the caller closes it. Errors are the dial's.
 func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 	c, err := net.DialTimeout("tcp", cfg.Addr, 5*time.Second)
 	if err != nil {
@@ -82,17 +85,16 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	var pace *pacer
-	if cfg.Scenario == scenarioOpen {
-		if pace, err = newPacer(); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-	}
+	w := newGenerator(cfg, id, val)
+	w.conn, w.br = c, bufio.NewReaderSize(c, 64<<10)
+	return w, nil
+}
+
+// newGenerator returns a worker without a connection: connection id's
+// request stream (PCG stream id of cfg.Seed) and empty histograms.
+func newGenerator(cfg *config, id int, val []byte) *worker {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
 	w := &worker{
-		conn: c,
-		br:   bufio.NewReaderSize(c, 64<<10),
 		out:  make([]byte, 0, 4096),
 		key:  append(make([]byte, 0, 32), "key:"...),
 		args: make([][]byte, 3),
@@ -103,12 +105,11 @@ func newWorker(cfg *config, id int, val []byte) (*worker, error) {
 		cfg:  cfg,
 		hist: hdrhistogram.New(1, int64(maxLatency), 3),
 		svc:  hdrhistogram.New(1, int64(maxLatency), 3),
-		pace: pace,
 	}
 	for i := range w.byKind {
 		w.byKind[i] = hdrhistogram.New(1, int64(maxLatency), 3)
 	}
-	return w, nil
+	return w
 }
 
 // Request kinds, the index of worker.byKind.
@@ -197,45 +198,6 @@ func (w *worker) runClosed(end time.Time) {
 	}
 }
 
-// runOpen sends one request at each intended time start+offset+k*interval
-// before end, never more than one outstanding. Latency runs from the
-// intended time, so time spent waiting for the previous reply (the
-// connection being behind) counts. Requests whose intended time passes
-// while the clock is already past end are counted as missed, not sent.
-func (w *worker) runOpen(start, end time.Time, offset, interval time.Duration) {
-	for k := int64(0); ; k++ {
-		intended := start.Add(offset + time.Duration(k)*interval)
-		if !intended.Before(end) {
-			return
-		}
-		now := time.Now()
-		if !now.Before(end) {
-			w.missed += int64((end.Sub(intended) + interval - 1) / interval) // intended times in [intended, end)
-			return
-		}
-		if d := intended.Sub(now); d > 0 {
-			if err := w.pace.sleepUntil(intended); err != nil {
-				w.ioErr = err
-				return
-			}
-		} else if -d > w.cfg.LateSlack {
-			w.late++
-		}
-		w.out = w.out[:0]
-		kind := w.appendRequest()
-		sent := time.Now()
-		if err := w.roundTrip(1); err != nil {
-			w.ioErr = err
-			return
-		}
-		done := time.Now()
-		record(w.hist, done.Sub(intended), 1)
-		record(w.byKind[kind], done.Sub(intended), 1)
-		record(w.svc, done.Sub(sent), 1)
-		w.ops++
-	}
-}
-
 // run opens cfg.Conns connections, runs the scenario for cfg.Duration and
 // merges the per-connection histograms. The CPU figures are this process's
 // user+system time over the run (connection setup excluded).
@@ -244,44 +206,15 @@ func run(cfg config) (report.Run, error) {
 	for i := range val {
 		val[i] = 'a' + byte(i%26)
 	}
-	workers := make([]*worker, 0, cfg.Conns)
-	defer func() {
-		for _, w := range workers {
-			_ = w.conn.Close()
-			if w.pace != nil {
-				_ = w.pace.Close()
-			}
-		}
-	}()
-	for i := range cfg.Conns {
-		w, err := newWorker(&cfg, i, val)
-		if err != nil {
-			return report.Run{}, err
-		}
-		workers = append(workers, w)
+	runConns := runClosedConns
+	if cfg.Scenario == scenarioOpen {
+		runConns = runOpenConns
 	}
-	cpu0 := cpuTime()
-	start := time.Now()
-	end := start.Add(cfg.Duration)
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) * float64(cfg.Conns) / cfg.Rate)
-	for i, w := range workers {
-		// A stuck server must not hang the run.
-		_ = w.conn.SetDeadline(end.Add(10 * time.Second))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if cfg.Scenario == scenarioOpen {
-				// Stagger the connections evenly inside one interval.
-				w.runOpen(start, end, interval*time.Duration(i)/time.Duration(cfg.Conns), interval)
-			} else {
-				w.runClosed(end)
-			}
-		}()
+	workers, wall, cpu, err := runConns(&cfg, val)
+	if err != nil {
+		return report.Run{}, err
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	elapsed := wall
 
 	res := report.Run{Scenario: cfg.Scenario, Addr: cfg.Addr, Conns: cfg.Conns}
 	if cfg.Scenario == scenarioOpen {
@@ -330,11 +263,74 @@ func run(cfg config) (report.Run, error) {
 	if res.Ops > 0 {
 		res.CPUsPer1M = res.CPUs / (float64(res.Ops) / 1e6)
 	}
-	res.CPUPct = 100 * cpu.Seconds() / time.Since(start).Seconds()
+	res.CPUPct = 100 * cpu.Seconds() / wall.Seconds()
 	if len(ioErrs) > 0 {
 		return res, fmt.Errorf("loadgen: %d connection(s) failed, first: %w", len(ioErrs), ioErrs[0])
 	}
 	return res, nil
+}
+
+// runClosedConns runs the closed loop: a goroutine per connection. It
+// returns the workers, the run's wall-clock time and this process's CPU
+// time over it; errors are the dials'.
+func runClosedConns(cfg *config, val []byte) ([]*worker, time.Duration, time.Duration, error) {
+	workers := make([]*worker, 0, cfg.Conns)
+	defer func() {
+		for _, w := range workers {
+			_ = w.conn.Close()
+		}
+	}()
+	for i := range cfg.Conns {
+		w, err := newWorker(cfg, i, val)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		workers = append(workers, w)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		// A stuck server must not hang the run.
+		_ = w.conn.SetDeadline(end.Add(10 * time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.runClosed(end)
+		}()
+	}
+	wg.Wait()
+	return workers, time.Since(start), cpuTime() - cpu0, nil
+}
+
+// runOpenConns runs the open loop (runOpen) over cfg.Conns connections,
+// staggered evenly inside one interval. Returns as runClosedConns; errors
+// are the dials' and epoll's.
+func runOpenConns(cfg *config, val []byte) ([]*worker, time.Duration, time.Duration, error) {
+	conns := make([]*openConn, 0, cfg.Conns)
+	defer func() {
+		for _, c := range conns {
+			_ = unix.Close(c.fd)
+		}
+	}()
+	workers := make([]*worker, 0, cfg.Conns)
+	offsets := make([]time.Duration, cfg.Conns)
+	interval := time.Duration(float64(time.Second) * float64(cfg.Conns) / cfg.Rate)
+	for i := range cfg.Conns {
+		fd, err := dialRaw(cfg.Addr)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		w := newGenerator(cfg, i, val)
+		conns = append(conns, &openConn{w: w, j: i, fd: fd})
+		workers = append(workers, w)
+		offsets[i] = interval * time.Duration(i) / time.Duration(cfg.Conns)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	err := runOpen(conns, start, start.Add(cfg.Duration), offsets, interval)
+	return workers, time.Since(start), cpuTime() - cpu0, err
 }
 
 // prefill SETs every key once over a few pipelined connections, batches of

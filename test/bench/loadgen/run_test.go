@@ -159,3 +159,32 @@ func TestClosedStepNoAllocs(t *testing.T) {
 		t.Errorf("closedStep allocates %v times per round trip, want 0", allocs)
 	}
 }
+
+// TestOpenLoopServerCloses: connections the server closes mid-run fail
+// with an error each, the others' requests are still counted, and the run
+// ends on time instead of waiting for replies that cannot come.
+func TestOpenLoopServerCloses(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, scenarioOpen)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		// Every client but this one: the generator's eight connections.
+		_ = rc.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err()
+	}()
+	t0 := time.Now()
+	res, err := run(cfg)
+	if took := time.Since(t0); took > cfg.Duration+2*time.Second {
+		t.Errorf("run took %v, want about %v", took, cfg.Duration)
+	}
+	if err == nil {
+		t.Fatalf("run: no error after the server closed every connection")
+	}
+	if res.Errors < int64(cfg.Conns) {
+		t.Errorf("errors %d, want at least %d (one per closed connection)", res.Errors, cfg.Conns)
+	}
+	if res.Ops <= 0 || res.Ops > int64(0.5*cfg.Rate*cfg.Duration.Seconds()) {
+		t.Errorf("ops %d, want some from the first 300 ms and none after", res.Ops)
+	}
+}
