@@ -15,7 +15,7 @@ func main() {
 	var asJSON, doPrefill bool
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:6379", "Redis or proxy address `host:port`")
 	flag.StringVar(&cfg.Scenario, "scenario", scenarioClosed, "closed (each connection waits for its reply) or open (fixed -rate)")
-	flag.IntVar(&cfg.Conns, "c", 200, "connections, one goroutine each")
+	flag.IntVar(&cfg.Conns, "c", 200, "connections (closed loop: a goroutine each; open loop: one thread for all)")
 	flag.IntVar(&cfg.Pipeline, "P", 1, "closed loop: requests per round trip")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured run time (0 with -prefill: prefill only)")
 	flag.Float64Var(&cfg.Rate, "rate", 20000, "open loop: target ops/s over all connections")
