@@ -31,7 +31,7 @@ const maxLatency = 10 * time.Second
 type config struct {
 	Addr      string
 	Scenario  string        // scenarioClosed or scenarioOpen
-	Conns     int           // connections, one goroutine each
+	Conns     int           // connections
 	Pipeline  int           // closed loop: requests per round trip (>= 1)
 	Duration  time.Duration // measured run time
 	Rate      float64       // open loop: target ops/s over all connections
