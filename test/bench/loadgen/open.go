@@ -269,9 +269,6 @@ func (c *openConn) readReplies(now time.Time, fail func(*openConn, error)) {
 			fail(c, fmt.Errorf("%w: %q", errReply, c.in[from:min(len(c.in), from+64)]))
 			return
 		case resp.ScanIncomplete:
-			if sc.Offset() != from {
-				sc.SetOffset(from)
-			}
 			if from == 0 && len(c.in) == cap(c.in) {
 				fail(c, fmt.Errorf("%w: a reply over %d bytes", errReply, cap(c.in)))
 				return
