@@ -2,8 +2,10 @@ package detector
 
 import (
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
@@ -652,5 +654,66 @@ func TestEstimateKeepsEndedSubWindow(t *testing.T) {
 			t.Fatalf("Advance to %d ms: estimates during it other than the %d reads of the last second: %v (of %d)",
 				at, want, wrong, estimates)
 		}
+	}
+}
+
+// TestEstimateMatchesModel drives a detector with random traffic and
+// random Advance steps (none, within a sub-window, one boundary as the
+// janitor's tick makes, several, a whole window) and checks every key's
+// estimate after each Advance against the sliding window computed from
+// the exact counts: the sub-windows current to 9 before in full, the
+// oldest weighted by (1 - into/100 ms), rounded down. Keys are chosen so
+// no two share a counter, which makes each estimate exact. Widths below
+// and above rotate's block, one loop and three.
+func TestEstimateMatchesModel(t *testing.T) {
+	for _, c := range []struct{ width, loops int }{{512, 1}, {512, 3}, {DefaultWidth, 3}} {
+		t.Run(fmt.Sprintf("width=%d/loops=%d", c.width, c.loops), func(t *testing.T) {
+			d := mustNew(t, Config{Threshold: 1, Loops: c.loops, Width: c.width})
+			var keys []uint64
+			used := map[uint64]bool{}
+			for i := 0; len(keys) < 40; i++ {
+				h := hashOf("model:" + strconv.Itoa(i))
+				c0, c1 := h&d.mask, uint64(d.width)+(h>>32)&d.mask
+				if used[c0] || used[c1] {
+					continue
+				}
+				used[c0], used[c1] = true, true
+				keys = append(keys, h)
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(c.width*c.loops)))
+			steps := []time.Duration{0, time.Millisecond, 37 * time.Millisecond, 100 * time.Millisecond,
+				100 * time.Millisecond, 100 * time.Millisecond, 163 * time.Millisecond, 250 * time.Millisecond,
+				1050 * time.Millisecond}
+			counts := map[int64][]uint64{} // sub-window number → count per key
+			var e time.Duration
+			for range 400 {
+				e += steps[rng.IntN(len(steps))]
+				d.Advance(t0.Add(e))
+				sub := int64(e / subWindow)
+				keep := uint64(subWindow - (e - time.Duration(sub)*subWindow))
+				for k, h := range keys {
+					var want uint64
+					for s := sub - SubWindows + 1; s <= sub; s++ {
+						if n := counts[s]; n != nil {
+							want += n[k]
+						}
+					}
+					if n := counts[sub-SubWindows]; n != nil {
+						want += n[k] * keep / uint64(subWindow)
+					}
+					if got := d.Estimate(h); uint64(got) != want {
+						t.Fatalf("at %v, key %d: estimate %d, want %d", e, k, got, want)
+					}
+				}
+				if counts[sub] == nil {
+					counts[sub] = make([]uint64, len(keys))
+				}
+				for range rng.IntN(200) {
+					k := rng.IntN(len(keys))
+					d.Observe(rng.IntN(c.loops), keys[k])
+					counts[sub][k]++
+				}
+			}
+		})
 	}
 }
