@@ -156,3 +156,32 @@ func BenchmarkAdmissionManyKeys(b *testing.B) {
 	}
 	_ = worth
 }
+
+// BenchmarkRebar is the janitor's Rebar over a full cache of 100,000
+// replies whose keys were read in the last second (80,000 reads of
+// 1,000,000 keys, scenario 4's rate), the savings of barSample of them
+// estimated and sorted: a pause of the janitor's core every sweep.
+func BenchmarkRebar(b *testing.B) {
+	d := mustNew(b, Config{Threshold: 1, Loops: 1})
+	a := NewAdmission(d, 100_000, t0)
+	keys := make([]uint64, 1<<20)
+	for i := range keys {
+		keys[i] = hashOf("rebar:" + strconv.Itoa(i))
+	}
+	for i := range 80_000 {
+		a.ObserveRead(0, keys[(i*7919)&(len(keys)-1)])
+	}
+	a.Advance(t0.Add(Window / SubWindows))
+	cached := keys[:100_000]
+	replies := func(yield func(uint64, uint64) bool) {
+		for _, h := range cached {
+			if !yield(h, h) {
+				return
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Rebar(true, replies)
+	}
+}
