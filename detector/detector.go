@@ -438,7 +438,7 @@ func (d *Detector) Advance(now time.Time) {
 const rotateBlock = 2048
 
 // rotate does, after one boundary, what sumSlot(ended), moveFull and
-// publishHistory do, in one pass over the arrays instead of four: each
+// publishHistory do, in one pass over the arrays instead of three: each
 // counter's sum over loops, its running total of the full sub-windows and
 // its history are written while its cache lines are at hand. The common
 // case of Advance (the janitor ticks once per sub-window), and the one
