@@ -427,7 +427,7 @@ func (d *Detector) Advance(now time.Time) {
 		d.sumSlot(ended)
 	}
 	if passed > 0 {
-		d.moveFull(cur, ended, passed)
+		d.sumFull(cur)
 	}
 	d.publishHistory(cur, into)
 }
@@ -437,10 +437,11 @@ func (d *Detector) Advance(now time.Time) {
 // arrays uses them.
 const rotateBlock = 2048
 
-// rotate does, after one boundary, what sumSlot(ended), moveFull and
-// publishHistory do, in one pass over the arrays instead of three: each
-// counter's sum over loops, its running total of the full sub-windows and
-// its history are written while its cache lines are at hand. The common
+// rotate does, after one boundary, what sumSlot(ended), moving d.full by
+// one slot in and one out, and publishHistory did in three passes over
+// the arrays, in one: each counter's sum over loops, its running total of
+// the full sub-windows and its history are written while its cache lines
+// are at hand. The common
 // case of Advance (the janitor ticks once per sub-window), and the one
 // whose memory traffic stalled an event loop on the other core (issue 18:
 // 0.5-0.8 ms of several MiB streamed at every tick). Called by Advance
@@ -484,19 +485,11 @@ func (d *Detector) rotate(cur, ended int, into uint64) {
 	d.hist.Store((hs>>8+1)<<8 | uint64(cur)<<1 | next)
 }
 
-// moveFull brings d.full to the slots between the new current slot cur and
-// the oldest (cur+1), after passed boundaries since slot ended was current.
-// After one boundary, ended joins and the new oldest leaves; after more,
-// the sums are taken again. Called by Advance with d.mu held.
-func (d *Detector) moveFull(cur, ended int, passed int64) {
-	oldest := d.snaps[(cur+1)%ringSlots]
-	if passed == 1 {
-		in := d.snaps[ended]
-		for j := range d.full {
-			d.full[j] += uint64(in[j]) - uint64(oldest[j])
-		}
-		return
-	}
+// sumFull takes d.full again as the sums of the slots between the new
+// current slot cur and the oldest (cur+1): after more than one boundary
+// at once (after one, rotate moves it by one slot in and one out). Called
+// by Advance with d.mu held.
+func (d *Detector) sumFull(cur int) {
 	clear(d.full)
 	for s := range ringSlots {
 		if s == cur || s == (cur+1)%ringSlots {
