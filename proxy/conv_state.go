@@ -450,6 +450,7 @@ const (
 	answerProve                      // cached for others: forward, and its reply proves this identity may read it
 	answerFill                       // not cached and hot: forward with a PTTL, and fill from both replies
 	answerWaitFill                   // not cached, its fill in flight on another connection of the loop: wait for it
+	answerWaitThrough                // not cached, a SET of it written through in flight: waiting for it (throughWaits.wait)
 	answerSettle                     // a hit, to be answered once the loop's settle pass finds nothing unapplied (settle.go)
 )
 

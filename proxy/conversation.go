@@ -460,11 +460,19 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		rq.hold = holdNone
 	default:
 		cache := cv.env.cache
+		for i := range keys {
+			if cache.Writing(&keys[i]) { // a write-through of it may be in flight
+				cv.env.throughs.wrote(keys[i].Hash())
+			}
+		}
 		if h == holdNone && len(keys) == 1 {
 			if value, ttl, ok := throughSet(spec, args, argc); ok {
 				st, w := cache.BeginWriteThrough(&keys[0], value, ttl)
 				cv.writes.push(st)
 				rq.stripes, rq.through = 1, w
+				if w != nil {
+					cv.env.throughs.start(w, cv.readsAhead() && cv.sent.len() <= fillWaitAhead)
+				}
 				return
 			}
 		}
@@ -655,6 +663,10 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 		cv.pause = pauseFill
 		cv.loop.waitFill(k.ReadHash(), cv.wakeFill)
 		return decidePause, true
+	case answerWaitThrough: // waiting already (throughWaits.wait)
+		cv.pauseCounted = true
+		cv.pause = pauseFill
+		return decidePause, true
 	}
 	return cv.forwardRead(nil), true
 }
@@ -753,8 +765,9 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 // is waiting to be applied (loopEnv.notified), or a fill of it is in
 // flight on the loop (one fill per key and loop, whatever the number of connections
 // that read it) or failed lately for what the key holds; with one in
-// flight, the request waits for it, behind its own replies first, and is
-// decided again (once: woken, it does not wait a second time).
+// flight, or a write-through of the key on any loop (through.go), the
+// request waits for it, behind its own replies first, and is decided
+// again (once: woken, it does not wait a second time).
 func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 	switch cv.loop.fillOf(k.ReadHash(), cv.env.clock.Load()) {
 	case fillRunning:
@@ -769,6 +782,19 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 			return answerAfterReplies
 		}
 	case fillNone:
+		if !k.IsField() && cv.env.cache.Writing(k) {
+			// A SET of the key may be in flight, written through
+			// (through.go): wait for its reply instead of going to Redis.
+			// (No fill could be kept while a write of the stripe is in
+			// flight: hotcache.Cache.BeginFill refuses.)
+			switch {
+			case behind && cv.env.throughs.wait(k.Hash(), nil):
+				return answerAfterReplies
+			case !behind && !cv.fillWaited && cv.env.throughs.wait(k.Hash(), cv.wakeFill):
+				return answerWaitThrough
+			}
+			return answerForward
+		}
 		// A notification of the key not applied yet (a write just
 		// acknowledged) would evict the fill's reply: the fill would cost
 		// Redis a PTTL for nothing. The write detector counts that write
@@ -992,6 +1018,9 @@ func (cv *conversation) dropSent() {
 			cv.endFill(rq.read)
 		}
 		cv.releaseWrites(rq.stripes)
+		if rq.through != nil {
+			cv.env.throughs.end(rq.through)
+		}
 		if rq.hold != holdNone {
 			cv.env.cache.Flush()
 			rq.held.Release()
