@@ -224,6 +224,10 @@ type conversation struct {
 	// wakeFill resumes the connection after a fill it waits for ended
 	// (the adapter's; loopEnv.endFill calls it).
 	wakeFill func()
+	// throughTimer wakes the connection when a wait for a write-through
+	// (answerWaitThrough) has lasted throughWaitFor; nil when none is
+	// armed. Stopped when the request is decided again.
+	throughTimer *time.Timer
 	// queuedN and dequeuedN count the requests queued and dequeued so far;
 	// otherAt is the queuedN of the last one that is not a plain read
 	// (readsAhead): one is in flight while otherAt > dequeuedN.

@@ -471,7 +471,7 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 				cv.writes.push(st)
 				rq.stripes, rq.through = 1, w
 				if w != nil {
-					cv.env.throughs.start(w, cv.readsAhead() && cv.sent.len() <= fillWaitAhead)
+					cv.env.throughs.start(w, cv.readsAhead() && cv.sent.len() <= fillWaitAhead, cache.Now())
 				}
 				return
 			}
@@ -635,6 +635,11 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	}
 	if cv.pauseCounted {
 		cv.pauseCounted = false // counted when it paused; this is the same request parsed again
+		if cv.throughTimer != nil {
+			// Woken before its write-through's time ran out.
+			cv.throughTimer.Stop()
+			cv.throughTimer = nil
+		}
 	} else {
 		env.adm.ObserveRead(cv.loop.idx, k.ReadHash())
 	}
@@ -787,11 +792,16 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 			// (through.go): wait for its reply instead of going to Redis.
 			// (No fill could be kept while a write of the stripe is in
 			// flight: hotcache.Cache.BeginFill refuses.)
-			switch {
-			case behind && cv.env.throughs.wait(k.Hash(), nil):
-				return answerAfterReplies
-			case !behind && !cv.fillWaited && cv.env.throughs.wait(k.Hash(), cv.wakeFill):
-				return answerWaitThrough
+			now, limit := cv.env.cache.Now(), throughWaitFor(cv.env.adm.FillRTT())
+			if behind {
+				if _, ok := cv.env.throughs.wait(k.Hash(), nil, now, limit); ok {
+					return answerAfterReplies
+				}
+			} else if !cv.fillWaited {
+				if left, ok := cv.env.throughs.wait(k.Hash(), cv.wakeFill, now, limit); ok {
+					cv.throughTimer = time.AfterFunc(time.Duration(left), cv.wakeFill)
+					return answerWaitThrough
+				}
 			}
 			return answerForward
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"sync"
+	"time"
 
 	"github.com/cicada-proxy/cicada/hotcache"
 )
@@ -17,8 +18,12 @@ import (
 // the key while one is in flight (the first then caches nothing,
 // hotcache.Cache.WriteThrough) releases its readers at once.
 //
-// Safe for concurrent use: mu guards m; a waiter's wake (the session's
-// gnet Wake) is safe from any goroutine and is called without mu held.
+// A read waits at most throughWaitFor from the SET's send: Redis may hold
+// writes while it serves reads (CLIENT PAUSE WRITE, FAILOVER, a cluster
+// failover), and a read must not wait for those as long as they last.
+//
+// Safe for concurrent use: mu guards m; a waiter's wake (session.fillWake)
+// is safe from any goroutine and is called without mu held.
 type throughWaits struct {
 	mu sync.Mutex
 	m  map[uint64]*throughWait
@@ -26,7 +31,8 @@ type throughWaits struct {
 
 // throughWait is one write-through in flight and the reads waiting for it.
 type throughWait struct {
-	w *hotcache.WriteThrough
+	w      *hotcache.WriteThrough
+	sentAt int64 // the SET's send, hotcache.Cache.Now reading (ns)
 	// waitable: its reply comes as soon as Redis serves it (only plain
 	// reads, and few, ahead of it on its connection) and no other write
 	// of the key was sent since.
@@ -34,17 +40,17 @@ type throughWait struct {
 	waiters  []func()
 }
 
-// start records w, sent now; waitable as in throughWait. A write-through
-// of the key already recorded is kept (this one's write released it,
-// wrote).
-func (t *throughWaits) start(w *hotcache.WriteThrough, waitable bool) {
+// start records w, sent at now (hotcache.Cache.Now); waitable as in
+// throughWait. A write-through of the key already recorded is kept (this
+// one's write released it, wrote).
+func (t *throughWaits) start(w *hotcache.WriteThrough, waitable bool, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
 		t.m = map[uint64]*throughWait{}
 	}
 	if _, ok := t.m[w.Hash()]; !ok {
-		t.m[w.Hash()] = &throughWait{w: w, waitable: waitable}
+		t.m[w.Hash()] = &throughWait{w: w, sentAt: now, waitable: waitable}
 	}
 }
 
@@ -84,17 +90,36 @@ func (t *throughWaits) wrote(h uint64) {
 }
 
 // wait makes wake run when the waitable write-through of the key with
-// Hash h ends, if one is in flight, and reports whether it will; with
-// wake nil it only reports whether one is.
-func (t *throughWaits) wait(h uint64, wake func()) bool {
+// Hash h ends, if one is in flight and was sent less than limit ns before
+// now (hotcache.Cache.Now readings), and returns the ns left of limit;
+// ok=false: no wait. With wake nil it only reports whether there would be
+// one. The caller wakes itself once the time left has passed.
+func (t *throughWaits) wait(h uint64, wake func(), now, limit int64) (left int64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tw := t.m[h]
-	if tw == nil || !tw.waitable {
-		return false
+	if tw == nil || !tw.waitable || now-tw.sentAt >= limit {
+		return 0, false
 	}
 	if wake != nil {
 		tw.waiters = append(tw.waiters, wake)
 	}
-	return true
+	return limit - (now - tw.sentAt), true
 }
+
+// throughWaitFor is how long a read may wait for a write-through, in ns
+// from the SET's send, given the fills' round trip
+// (detector.Admission.FillRTT): four round trips, within
+// [minThroughWait, maxThroughWait]. A SET that takes longer than that is
+// likely held by Redis while it serves reads.
+func throughWaitFor(rtt time.Duration) int64 {
+	return int64(min(max(4*rtt, minThroughWait), maxThroughWait))
+}
+
+// minThroughWait and maxThroughWait bound throughWaitFor: a loaded
+// machine's round trips vary more than their average says, and a read
+// held for a SET that Redis holds must not wait long.
+const (
+	minThroughWait = 10 * time.Millisecond
+	maxThroughWait = 100 * time.Millisecond
+)

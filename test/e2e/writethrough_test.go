@@ -245,8 +245,35 @@ func TestReadsWaitForWriteThrough(t *testing.T) {
 	}
 }
 
+// TestReadNotHeldByPausedWrite: Redis holds writes and serves reads under
+// CLIENT PAUSE WRITE (and during a failover); a GET of a key whose SET
+// it holds waits for the SET's write-through only a short while
+// (throughWaitFor: at most 100 ms from the SET's send), then goes to
+// Redis, which answers it with the value from before the SET.
+func TestReadNotHeldByPausedWrite(t *testing.T) {
+	r, p := newProxied(t, cicadatest.Options{})
+	w := newThroughRig(t, r, p)
+	ctx := context.Background()
+	mustDo(t, w.rc, "SET", "k", "v0")
+	warmKey(t, p, w.rc, "GET", "k")
+	mustDo(t, w.direct, "CLIENT", "PAUSE", "3000", "WRITE")
+	t.Cleanup(func() { w.direct.Do(ctx, "CLIENT", "UNPAUSE") })
+	set := make(chan error, 1)
+	go func() { set <- w.rc.Set(ctx, "k", "v1", 0).Err() }()
+	time.Sleep(2 * time.Millisecond) // the SET is in flight, held
+	start := time.Now()
+	got, err := w.readers[0].Get(ctx, "k").Result()
+	if took := time.Since(start); err != nil || got != "v0" || took > time.Second {
+		t.Errorf("GET while Redis holds a SET of the key: %q %v after %v, want \"v0\" within 1 s (the pause lasts 3 s)", got, err, took)
+	}
+	mustDo(t, w.direct, "CLIENT", "UNPAUSE")
+	if err := <-set; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // throughRig is a writer and readers through Cicada, and a direct client
-// to pause Redis's writes with.
+// to keep Redis busy with.
 type throughRig struct {
 	t       *testing.T
 	r       *redistest.Server
@@ -266,24 +293,37 @@ func newThroughRig(t *testing.T, r *redistest.Server, p *cicadatest.Proxy) *thro
 	return w
 }
 
-// readsDuringSet caches k (whose value is old), then has Redis hold a SET
-// of k to want (CLIENT PAUSE WRITE) while each reader GETs k, and returns
-// how many GETs Redis got meanwhile.
+// busyScript keeps Redis's thread busy for ARGV[1] µs: every client waits.
+const busyScript = `local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1])`
+
+// readsDuringSet caches k (whose value is old), then keeps Redis busy for
+// 6 ms (busyScript), during which a SET of k to want and then each
+// reader's GET of k reach it through Cicada, and returns how many GETs
+// Redis got meanwhile. The SET's reply comes within Cicada's shortest
+// time limit on the wait (throughWaitFor: 10 ms).
 func (w *throughRig) readsDuringSet(old, want string) int64 {
 	t, ctx := w.t, context.Background()
 	t.Helper()
 	warmKey(t, w.p, w.rc, "GET", "k") // cached, so that the SET is written through
 	before := commandCalls(t, w.r.Addr, "get")
-	mustDo(t, w.direct, "CLIENT", "PAUSE", "300", "WRITE")
 	var wg sync.WaitGroup
-	wg.Add(1 + len(w.readers))
+	wg.Add(2 + len(w.readers))
+	go func() {
+		defer wg.Done()
+		if err := w.direct.Eval(ctx, busyScript, nil, 6000).Err(); err != nil && err != redis.Nil {
+			t.Errorf("busy script: %v", err)
+		}
+	}()
+	time.Sleep(time.Millisecond) // Redis is busy
 	go func() {
 		defer wg.Done()
 		if err := w.rc.Set(ctx, "k", want, 0).Err(); err != nil {
 			t.Errorf("SET: %v", err)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // the SET is in flight
+	time.Sleep(time.Millisecond) // the SET is in flight
 	for _, c := range w.readers {
 		go func() {
 			defer wg.Done()
