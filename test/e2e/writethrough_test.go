@@ -232,9 +232,7 @@ func TestWriteThroughOtherSets(t *testing.T) {
 // a few are allowed; without the wait every GET went.
 func TestReadsWaitForWriteThrough(t *testing.T) {
 	const rounds = 20
-	r, p := newProxied(t, cicadatest.Options{})
-	w := newThroughRig(t, r, p)
-	mustDo(t, w.rc, "SET", "k", "v0")
+	w := newThroughRig(t)
 	var gets int64
 	for i := 1; i <= rounds; i++ {
 		gets += w.readsDuringSet("v"+strconv.Itoa(i-1), "v"+strconv.Itoa(i))
@@ -251,11 +249,8 @@ func TestReadsWaitForWriteThrough(t *testing.T) {
 // (throughWaitFor: at most 100 ms from the SET's send), then goes to
 // Redis, which answers it with the value from before the SET.
 func TestReadNotHeldByPausedWrite(t *testing.T) {
-	r, p := newProxied(t, cicadatest.Options{})
-	w := newThroughRig(t, r, p)
+	w := newThroughRig(t)
 	ctx := context.Background()
-	mustDo(t, w.rc, "SET", "k", "v0")
-	warmKey(t, p, w.rc, "GET", "k")
 	mustDo(t, w.direct, "CLIENT", "PAUSE", "3000", "WRITE")
 	t.Cleanup(func() { w.direct.Do(ctx, "CLIENT", "UNPAUSE") })
 	set := make(chan error, 1)
@@ -272,8 +267,8 @@ func TestReadNotHeldByPausedWrite(t *testing.T) {
 	}
 }
 
-// throughRig is a writer and readers through Cicada, and a direct client
-// to keep Redis busy with.
+// throughRig is a writer and readers through Cicada (two loops), and a
+// direct client to keep Redis busy with.
 type throughRig struct {
 	t       *testing.T
 	r       *redistest.Server
@@ -283,13 +278,17 @@ type throughRig struct {
 	readers []*redis.Client // four: on both loops
 }
 
-func newThroughRig(t *testing.T, r *redistest.Server, p *cicadatest.Proxy) *throughRig {
+// newThroughRig starts Redis and Cicada, and caches k with the value v0.
+func newThroughRig(t *testing.T) *throughRig {
+	r, p := newProxied(t, cicadatest.Options{})
 	w := &throughRig{t: t, r: r, p: p, direct: client(t, r.Addr, 2), rc: client(t, p.Addr, 2)}
 	for range 4 {
 		c := client(t, p.Addr, 2)
 		mustDo(t, c, "PING") // connected
 		w.readers = append(w.readers, c)
 	}
+	mustDo(t, w.rc, "SET", "k", "v0")
+	warmKey(t, p, w.rc, "GET", "k")
 	return w
 }
 
@@ -343,11 +342,8 @@ func (w *throughRig) readsDuringSet(old, want string) int64 {
 // during it wait for it (TestReadsWaitForWriteThrough), the queued one
 // forgotten.
 func TestWriteThroughQueued(t *testing.T) {
-	r, p := newProxied(t, cicadatest.Options{})
-	w := newThroughRig(t, r, p)
+	w := newThroughRig(t)
 	ctx := context.Background()
-	mustDo(t, w.rc, "SET", "k", "v0")
-	warmKey(t, p, w.rc, "GET", "k")
 	pipe := w.rc.TxPipeline() // MULTI, SET, EXEC in one write
 	pipe.Set(ctx, "k", "tx", 0)
 	if _, err := pipe.Exec(ctx); err != nil {
