@@ -243,14 +243,18 @@ func TestConfigSetKeepsIdentities(t *testing.T) {
 	mustDo(t, direct, "CONFIG", "SET", "slowlog-max-len", "200")
 	waitFor(t, func() bool { return p.Cache.Stats().Evicted[hotcache.ReasonFlush] > flushes })
 	warmKey(t, p, conns[0], "GET", "hot")
+	// A hit forwarded because Cicada could not tell whether a keyspace
+	// notification was waiting (its subscriber starved of CPU, mid-read)
+	// is no identity's doing: it counts with the hits.
+	unsettled := metric(t, p, "cicada_cache_hits_forwarded_total", "")
 	before := hits(p)
 	for _, rc := range conns {
 		for range 5 {
 			mustDo(t, rc, "GET", "hot")
 		}
 	}
-	if got := hits(p) - before; got != 60 {
-		t.Errorf("after a CONFIG SET that changed no rule, %d of 60 reads from 12 connections were answered from the cache, want 60", got)
+	if got := float64(hits(p)-before) + metric(t, p, "cicada_cache_hits_forwarded_total", "") - unsettled; got != 60 {
+		t.Errorf("after a CONFIG SET that changed no rule, %v of 60 reads from 12 connections were answered from the cache (or found there and forwarded unsettled), want 60", got)
 	}
 }
 
