@@ -447,6 +447,11 @@ func (c *Cache) BeginWrite(k *Key) uint32 {
 	return s
 }
 
+// Writing reports whether a write of k's fill-guard stripe is in flight
+// (begun and not ended): always when one of k is, sometimes for another
+// key of the stripe. Safe from any goroutine.
+func (c *Cache) Writing(k *Key) bool { return c.stripes[k.hash&c.smask].inflight.Load() > 0 }
+
 // EndWrite ends one BeginWrite once the write's reply has arrived (or its
 // connection is gone).
 func (c *Cache) EndWrite(stripe uint32) {

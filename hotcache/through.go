@@ -22,6 +22,10 @@ type WriteThrough struct {
 	stripe   uint32
 }
 
+// Hash is the written key's Hash (Key.Hash), which is also the ReadHash
+// of its GET.
+func (w *WriteThrough) Hash() uint64 { return w.key.hash }
+
 // MaxThroughTTL is the longest TTL a write-through caches, in ms (about
 // three years): Now() readings plus it stay far from overflowing.
 const MaxThroughTTL = 100_000_000_000

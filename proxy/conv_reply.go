@@ -244,6 +244,9 @@ func (cv *conversation) complete(rq *request, fr *resp.Frame) {
 		cv.env.cache.WriteThrough(rq.through) // before its EndWrite
 	}
 	cv.releaseWrites(rq.stripes)
+	if rq.through != nil {
+		cv.env.throughs.end(rq.through) // after: a woken read finds the value
+	}
 	cv.releaseHold(rq.hold, rq.held)
 	switch {
 	case rq.read == nil:
@@ -274,6 +277,9 @@ func (cv *conversation) deferQueued(rq *request) {
 	cv.tx.queued++
 	for ; rq.stripes > 0; rq.stripes-- {
 		cv.tx.stripes = append(cv.tx.stripes, cv.writes.pop())
+	}
+	if rq.through != nil {
+		cv.env.throughs.end(rq.through) // queued, it caches nothing
 	}
 }
 

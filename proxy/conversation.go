@@ -460,11 +460,19 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		rq.hold = holdNone
 	default:
 		cache := cv.env.cache
+		for i := range keys {
+			if cache.Writing(&keys[i]) { // a write-through of it may be in flight
+				cv.env.throughs.wrote(keys[i].Hash())
+			}
+		}
 		if h == holdNone && len(keys) == 1 {
 			if value, ttl, ok := throughSet(spec, args, argc); ok {
 				st, w := cache.BeginWriteThrough(&keys[0], value, ttl)
 				cv.writes.push(st)
 				rq.stripes, rq.through = 1, w
+				if w != nil {
+					cv.env.throughs.start(w, cv.readsAhead() && cv.sent.len() <= fillWaitAhead, cache.Now())
+				}
 				return
 			}
 		}
@@ -627,6 +635,11 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 	}
 	if cv.pauseCounted {
 		cv.pauseCounted = false // counted when it paused; this is the same request parsed again
+		if cv.throughTimer != nil {
+			// Woken before its write-through's time ran out.
+			cv.throughTimer.Stop()
+			cv.throughTimer = nil
+		}
 	} else {
 		env.adm.ObserveRead(cv.loop.idx, k.ReadHash())
 	}
@@ -654,6 +667,10 @@ func (cv *conversation) onRead(args [][]byte, argc int64) (decision, bool) {
 		cv.pauseCounted = true
 		cv.pause = pauseFill
 		cv.loop.waitFill(k.ReadHash(), cv.wakeFill)
+		return decidePause, true
+	case answerWaitThrough: // waiting already (throughWaits.wait)
+		cv.pauseCounted = true
+		cv.pause = pauseFill
 		return decidePause, true
 	}
 	return cv.forwardRead(nil), true
@@ -753,8 +770,9 @@ func (cv *conversation) mayAnswer(k *hotcache.Key) (answer, []byte) {
 // is waiting to be applied (loopEnv.notified), or a fill of it is in
 // flight on the loop (one fill per key and loop, whatever the number of connections
 // that read it) or failed lately for what the key holds; with one in
-// flight, the request waits for it, behind its own replies first, and is
-// decided again (once: woken, it does not wait a second time).
+// flight, or a write-through of the key on any loop (through.go), the
+// request waits for it, behind its own replies first, and is decided
+// again (once: woken, it does not wait a second time).
 func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 	switch cv.loop.fillOf(k.ReadHash(), cv.env.clock.Load()) {
 	case fillRunning:
@@ -769,6 +787,24 @@ func (cv *conversation) missed(k *hotcache.Key, behind bool) answer {
 			return answerAfterReplies
 		}
 	case fillNone:
+		if !k.IsField() && cv.env.cache.Writing(k) {
+			// A SET of the key may be in flight, written through
+			// (through.go): wait for its reply instead of going to Redis.
+			// (No fill could be kept while a write of the stripe is in
+			// flight: hotcache.Cache.BeginFill refuses.)
+			now, limit := cv.env.cache.Now(), throughWaitFor(cv.env.adm.FillRTT())
+			if behind {
+				if _, ok := cv.env.throughs.wait(k.Hash(), nil, now, limit); ok {
+					return answerAfterReplies
+				}
+			} else if !cv.fillWaited {
+				if left, ok := cv.env.throughs.wait(k.Hash(), cv.wakeFill, now, limit); ok {
+					cv.throughTimer = time.AfterFunc(time.Duration(left), cv.wakeFill)
+					return answerWaitThrough
+				}
+			}
+			return answerForward
+		}
 		// A notification of the key not applied yet (a write just
 		// acknowledged) would evict the fill's reply: the fill would cost
 		// Redis a PTTL for nothing. The write detector counts that write
@@ -992,6 +1028,9 @@ func (cv *conversation) dropSent() {
 			cv.endFill(rq.read)
 		}
 		cv.releaseWrites(rq.stripes)
+		if rq.through != nil {
+			cv.env.throughs.end(rq.through)
+		}
 		if rq.hold != holdNone {
 			cv.env.cache.Flush()
 			rq.held.Release()

@@ -334,9 +334,11 @@ func TestConversations(t *testing.T) {
 					t.Errorf("hits: got %d, want 2", got)
 				}
 			}},
+			// The GET behind the SET waits for its +OK, and is answered
+			// from the value the SET wrote through.
 			{send: cmds("SET hot w", "GET hot"), replies: 2, check: func(t *testing.T, s *session) {
-				if got := s.loop.stats.hits.Load(); got != 2 {
-					t.Errorf("hits after the write: got %d, want still 2", got)
+				if got := s.loop.stats.hits.Load(); got != 3 {
+					t.Errorf("hits after the write: got %d, want 3", got)
 				}
 			}},
 		}},

@@ -29,8 +29,9 @@
 //	env.go: the control plane's roles   what conversations depend on: convEnv
 //	  (Fences, Settings, Topology,      (cache, detector, fences, settings, cluster
 //	  Counters), convEnv, loopEnv;      view, identities, clock), loopEnv (an event
-//	  identities, ring, latencyHist,    loop's scratch and counters)
-//	  hkReq (hotkeys.go)
+//	  identities, ring, latencyHist,    loop's scratch and counters), the
+//	  hkReq (hotkeys.go),               write-throughs in flight that reads
+//	  throughWaits (through.go)         wait for
 //
 // A request's walk: Server.OnTraffic ─► session.onClientTraffic ─►
 // processClient (parse) ─► session.onRequest ─► conversation.onCommand ─►

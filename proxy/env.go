@@ -92,6 +92,9 @@ type convEnv struct {
 	addrMap  *cluster.AddrMap // Config.AddrMap
 	// multiplex is Config.Multiplex: clients may move to lanes.
 	multiplex bool
+	// throughs are the write-throughs in flight, for reads of their keys
+	// to wait for (through.go).
+	throughs throughWaits
 	// clock is a coarse monotonic clock (ns since start) advanced by the
 	// janitor every sub-window, read on the hit path instead of the time.
 	clock atomic.Int64

@@ -22,7 +22,7 @@ var layers = [][]string{
 	{"server.go", "admin.go", "metrics.go", "descriptors.go", "debug_hotkeys.go"},
 	{"session.go", "limits.go", "half.go", "loop.go", "lane.go", "dial.go", "spare.go", "hotkeys_acl.go", "settle.go"},
 	{"conv_state.go", "conversation.go", "conv_reply.go"},
-	{"env.go", "identity.go", "ring.go", "latency.go", "hotkeys.go"},
+	{"env.go", "identity.go", "ring.go", "latency.go", "hotkeys.go", "through.go"},
 }
 
 // transport are the packages only the Server and session layers may

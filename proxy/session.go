@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net"
 	"sync/atomic"
 	"time"
@@ -672,12 +673,18 @@ func (s *session) resume(p pause) {
 }
 
 // fillWake asks s's loop to resume s, which waits for another
-// connection's fill (pauseFill), once the callback that ended it returns:
-// it must not run inside that connection's processing.
-func (s *session) fillWake() { _ = s.client.Wake(s.fillWoken) }
+// connection's fill or write-through (pauseFill), once the callback that
+// ended it returns: it must not run inside that connection's processing.
+// Safe from any goroutine (a write-through ends on its writer's loop, a
+// wait's time limit on a timer's goroutine): it reads only s.el, set at
+// creation.
+func (s *session) fillWake() {
+	_ = s.el.evl.Execute(context.Background(), gnet.RunnableFunc(s.fillWoken))
+}
 
-// fillWoken runs on the loop after the fill s waited for ended.
-func (s *session) fillWoken(gnet.Conn, error) error {
+// fillWoken runs on s's loop after the fill or write-through s waited for
+// ended, or the wait's time ran out; a no-op if s is no longer waiting.
+func (s *session) fillWoken(context.Context) error {
 	s.resume(pauseFill)
 	return nil
 }
