@@ -23,10 +23,12 @@ import (
 // failover), and a read must not wait for those as long as they last.
 //
 // Safe for concurrent use: mu guards m; a waiter's wake (session.fillWake)
-// is safe from any goroutine and is called without mu held.
+// is safe from any goroutine and is called without mu held. m holds
+// values, not pointers: a SET of a cached key allocates nothing here
+// unless a read waits for it.
 type throughWaits struct {
 	mu sync.Mutex
-	m  map[uint64]*throughWait
+	m  map[uint64]throughWait
 }
 
 // throughWait is one write-through in flight and the reads waiting for it.
@@ -47,10 +49,10 @@ func (t *throughWaits) start(w *hotcache.WriteThrough, waitable bool, now int64)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
-		t.m = map[uint64]*throughWait{}
+		t.m = map[uint64]throughWait{}
 	}
 	if _, ok := t.m[w.Hash()]; !ok {
-		t.m[w.Hash()] = &throughWait{w: w, sentAt: now, waitable: waitable}
+		t.m[w.Hash()] = throughWait{w: w, sentAt: now, waitable: waitable}
 	}
 }
 
@@ -58,8 +60,8 @@ func (t *throughWaits) start(w *hotcache.WriteThrough, waitable bool, now int64)
 // and wakes the reads waiting for it.
 func (t *throughWaits) end(w *hotcache.WriteThrough) {
 	t.mu.Lock()
-	tw := t.m[w.Hash()]
-	if tw == nil || tw.w != w {
+	tw, ok := t.m[w.Hash()]
+	if !ok || tw.w != w {
 		t.mu.Unlock()
 		return
 	}
@@ -75,16 +77,14 @@ func (t *throughWaits) end(w *hotcache.WriteThrough) {
 // waiting reads are woken now (to go to Redis) and no more wait for it.
 func (t *throughWaits) wrote(h uint64) {
 	t.mu.Lock()
-	tw := t.m[h]
-	if tw == nil || !tw.waitable {
+	tw, ok := t.m[h]
+	if !ok || !tw.waitable {
 		t.mu.Unlock()
 		return
 	}
-	tw.waitable = false
-	waiters := tw.waiters
-	tw.waiters = nil
+	t.m[h] = throughWait{w: tw.w, sentAt: tw.sentAt} // no more waitable, no waiters
 	t.mu.Unlock()
-	for _, wake := range waiters {
+	for _, wake := range tw.waiters {
 		wake()
 	}
 }
@@ -97,12 +97,13 @@ func (t *throughWaits) wrote(h uint64) {
 func (t *throughWaits) wait(h uint64, wake func(), now, limit int64) (left int64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tw := t.m[h]
-	if tw == nil || !tw.waitable || now-tw.sentAt >= limit {
+	tw, ok := t.m[h]
+	if !ok || !tw.waitable || now-tw.sentAt >= limit {
 		return 0, false
 	}
 	if wake != nil {
 		tw.waiters = append(tw.waiters, wake)
+		t.m[h] = tw
 	}
 	return limit - (now - tw.sentAt), true
 }
