@@ -152,10 +152,19 @@ type record struct {
 
 // stripe is one fill-guard counter pair, padded to its own cache line.
 type stripe struct {
-	version  atomic.Uint64 // bumped by every write start and end, notification
-	inflight atomic.Int64  // writes sent but not yet answered
+	// version moves by writeMove at every write's start and end (and a
+	// write Cicada cannot see complete), by 1 at every notification.
+	version  atomic.Uint64
+	inflight atomic.Int64 // writes sent but not yet answered
 	_        [48]byte
 }
+
+// writeMove is how far a write's start or end moves its stripe's version,
+// a notification moving it by 1: WriteThrough counts the notifications
+// that came during its write apart from other writes of the stripe, which
+// may have run after it in Redis (on another connection) whatever the
+// order of their replies.
+const writeMove = 1 << 32
 
 // Ticket is what BeginFill hands out and Fill checks.
 type Ticket struct {
@@ -440,7 +449,7 @@ func (c *Cache) BeginWrite(k *Key) uint32 {
 	s := uint32(k.hash & c.smask)
 	st := &c.stripes[s]
 	st.inflight.Add(1)
-	st.version.Add(1)
+	st.version.Add(writeMove)
 	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, ReasonWrite)
 	}
@@ -456,7 +465,7 @@ func (c *Cache) Writing(k *Key) bool { return c.stripes[k.hash&c.smask].inflight
 // connection is gone).
 func (c *Cache) EndWrite(stripe uint32) {
 	st := &c.stripes[stripe]
-	st.version.Add(1)
+	st.version.Add(writeMove)
 	st.inflight.Add(-1)
 }
 
@@ -464,7 +473,11 @@ func (c *Cache) EndWrite(stripe uint32) {
 // it; why is ReasonNotification for a keyspace notification, ReasonWrite
 // for a write Cicada forwards whose completion it does not observe.
 func (c *Cache) Invalidate(k *Key, why Reason) {
-	c.stripes[k.hash&c.smask].version.Add(1)
+	move := uint64(1)
+	if why == ReasonWrite {
+		move = writeMove
+	}
+	c.stripes[k.hash&c.smask].version.Add(move)
 	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, why)
 	}

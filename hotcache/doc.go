@@ -27,16 +27,18 @@
 //
 // # Invalidation
 //
-//	BeginWrite(Key) before a write is forwarded: version++, inflight++,
-//	    evict; EndWrite at its reply: inflight--, version++
+//	BeginWrite(Key) before a write is forwarded: version += 2^32,
+//	    inflight++, evict; EndWrite at its reply: inflight--,
+//	    version += 2^32
 //	BeginWriteThrough(Key, value, ttl) for SET key value [EX|PX ttl],
 //	    SETEX or PSETEX of a cached key, then WriteThrough at its +OK,
 //	    before EndWrite: the value is cached if the stripe's version moved
-//	    at most n times, n the SET's own notifications (set, and expire
-//	    with a TTL), and no other write is in flight; the key's next n
-//	    minus the moves notifications are taken as the SET's and do not
-//	    evict
-//	Invalidate(Key) on a keyspace notification: version++, evict
+//	    by at most n, n the SET's own notifications (set, and expire
+//	    with a TTL): no other write began or ended meanwhile, and no
+//	    other is in flight; the key's next n minus the moves
+//	    notifications are taken as the SET's and do not evict
+//	Invalidate(Key) on a keyspace notification: version++, evict (a
+//	    write whose reply Cicada cannot see: version += 2^32)
 //	Hold, then its Release exactly once, around writes whose keys are
 //	    unknown (scripts, MULTI/EXEC with them, a lost notification
 //	    subscription): no hits, no fills

@@ -45,7 +45,7 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	s := uint32(k.hash & c.smask)
 	st := &c.stripes[s]
 	st.inflight.Add(1)
-	version := st.version.Add(1)
+	version := st.version.Add(writeMove)
 	e := c.find(k.db, k.hash, k.name)
 	if e == nil {
 		return s, nil
@@ -78,11 +78,13 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 // The write's own keyspace notifications (set, then expire when it sets a
 // TTL: Redis sends both, in that order, for every SET with EX or PX, SETEX
 // and PSETEX) may reach Cicada before or after its reply. The write's
-// stripe shows how many have: its version moved by m since the write
-// started, m no more than the write's notifications n. The key's next n−m
-// notifications are taken as the write's and do not evict; the one after
-// evicts. Anything else refuses: another write of the stripe in flight or
-// ended, more moves than notifications, a flush, a hold, an ACL change (the
+// stripe shows how many have: m notifications since the write started
+// (version moves under writeMove), m no more than the write's
+// notifications n. The key's next n−m notifications are taken as the
+// write's and do not evict; the one after evicts. Anything else refuses:
+// another write of the stripe in flight, begun or ended since (it may
+// have run after this one in Redis: another connection), more
+// notifications than the write makes, a flush, a hold, an ACL change (the
 // epoch), an expiry already past. A move that was not the write's own
 // (another key's notification, or an earlier write's) only lowers how many
 // are taken: the write's own then evict the reply when they come, a lost

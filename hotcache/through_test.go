@@ -111,13 +111,15 @@ func TestWriteThroughTTL(t *testing.T) {
 // value out of the cache.
 func TestWriteThroughRefused(t *testing.T) {
 	k := keyOf("k")
+	notes := 0 // the write's own: set, and expire with a TTL
 	events := []struct {
 		name string
 		do   func(c *Cache)
 	}{
-		{"two notifications", func(c *Cache) {
-			c.Invalidate(k, ReasonNotification)
-			c.Invalidate(k, ReasonNotification)
+		{"a notification more than the write makes", func(c *Cache) {
+			for range notes + 1 {
+				c.Invalidate(k, ReasonNotification)
+			}
 		}},
 		{"another write in flight", func(c *Cache) { c.BeginWrite(k) }},
 		{"another write ended", func(c *Cache) { c.EndWrite(c.BeginWrite(k)) }},
@@ -134,16 +136,19 @@ func TestWriteThroughRefused(t *testing.T) {
 		{"hold", func(c *Cache) { c.Hold() }},
 		{"hold and release", func(c *Cache) { c.Hold().Release() }},
 	}
-	for _, ev := range events {
-		c, _ := newTestCache(t, 100, 1<<20)
-		if !fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) {
-			t.Fatal("fill refused")
-		}
-		if writeThrough(t, c, k, "new", 0, func() { ev.do(c) }) {
-			t.Errorf("%s: WriteThrough kept the value", ev.name)
-		}
-		if got, st := get(c, "k", 1, 2); st == Hit {
-			t.Errorf("%s: lookup after the write: hit %q", ev.name, got)
+	for _, ttl := range []int64{0, 10_000} {
+		notes = 1 + min(int(ttl), 1)
+		for _, ev := range events {
+			c, _ := newTestCache(t, 100, 1<<20)
+			if !fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) {
+				t.Fatal("fill refused")
+			}
+			if writeThrough(t, c, k, "new", ttl, func() { ev.do(c) }) {
+				t.Errorf("TTL %d, %s: WriteThrough kept the value", ttl, ev.name)
+			}
+			if got, st := get(c, "k", 1, 2); st == Hit {
+				t.Errorf("TTL %d, %s: lookup after the write: hit %q", ttl, ev.name, got)
+			}
 		}
 	}
 }
