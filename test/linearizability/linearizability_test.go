@@ -53,7 +53,7 @@ func TestLinearizable(t *testing.T) {
 		// readers read them.
 		writes := AllWrites
 		if i%2 == 1 {
-			writes = []Kind{Set, PExpire, PExpire, PExpire, Append, Incr, HSet, GetDel, Multi}
+			writes = []Kind{Set, SetTTL, SetTTL, PExpire, PExpire, PExpire, Append, Incr, HSet, GetDel, Multi}
 		}
 		history, err := Record(ctx, Workload{Addr: p.Addr, Readers: []int{0, 0, 1}, Writers: []int{0, 0, 1}, Writes: writes,
 			Duration: *duration, Pause: 300 * time.Microsecond, WriterPause: 3 * time.Millisecond, Seed: uint64(i)})

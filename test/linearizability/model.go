@@ -73,10 +73,11 @@ const (
 	FCallSet
 	Multi      // MULTI, Batch..., EXEC
 	EvalSwapDB // EVAL that runs SWAPDB: no keyspace notification names a key
+	SetTTL     // SET Key Val PX TTL (EX TTL/1000 for whole seconds): Cicada writes it through
 )
 
 var kindNames = [...]string{"GET", "HGET", "SET", "DEL", "INCR", "APPEND", "GETDEL", "MSET", "HSET", "HDEL",
-	"PEXPIRE", "RENAME", "COPY", "MOVE", "SWAPDB", "FLUSHDB", "FLUSHALL", "EVAL", "FCALL", "MULTI", "EVAL"}
+	"PEXPIRE", "RENAME", "COPY", "MOVE", "SWAPDB", "FLUSHDB", "FLUSHALL", "EVAL", "FCALL", "MULTI", "EVAL", "SET"}
 
 // Input is one operation as a client issued it. DB is the database its
 // connection has selected. Call and Return (ns since the history began)
@@ -87,7 +88,7 @@ type Input struct {
 	Key, Key2    int
 	Field        int
 	Val, Val2    string
-	TTL          int64 // ms, for PExpire
+	TTL          int64 // ms, for PExpire and SetTTL
 	Batch        []Input
 	Call, Return int64
 }
@@ -256,9 +257,11 @@ func apply(s State, in Input) (Output, State) {
 		if !k.present {
 			return intOut(0), s
 		}
-		ttl := in.TTL * 1e6
-		k.exp = [2]int64{in.Call + ttl - ttlSlack, min(in.Return, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
+		k.exp = expiryWindow(in)
 		return intOut(1), s
+	case SetTTL:
+		*k = entry{present: true, val: in.Val, exp: expiryWindow(in)}
+		return ok, s
 	case Rename:
 		if !k.present {
 			return Output{Err: "ERR no such key"}, s
@@ -335,6 +338,13 @@ func equalOutput(a, b Output) bool {
 	return true
 }
 
+// expiryWindow is where the expiry instant of a TTL of in.TTL ms that in
+// set lies: Redis reads its clock between in's call and its return.
+func expiryWindow(in Input) [2]int64 {
+	ttl := in.TTL * 1e6
+	return [2]int64{in.Call + ttl - ttlSlack, min(in.Return, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
+}
+
 // Describe renders an operation for porcupine's visualization.
 func Describe(in Input, out Output) string {
 	return fmt.Sprintf("db%d %s -> %s", in.DB, describeInput(in), out)
@@ -357,6 +367,11 @@ func describeInput(in Input) string {
 		return name + " a " + in.Val + " b " + in.Val2
 	case PExpire:
 		return name + " " + keyNames[in.Key] + " " + strconv.FormatInt(in.TTL, 10)
+	case SetTTL:
+		if in.TTL%1000 == 0 {
+			return name + " " + keyNames[in.Key] + " " + in.Val + " EX " + strconv.FormatInt(in.TTL/1000, 10)
+		}
+		return name + " " + keyNames[in.Key] + " " + in.Val + " PX " + strconv.FormatInt(in.TTL, 10)
 	case Rename, Copy, EvalSet:
 		return name + " " + keyNames[in.Key] + " " + keyNames[in.Key2]
 	case Multi:

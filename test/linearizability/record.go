@@ -57,7 +57,7 @@ type Workload struct {
 }
 
 // AllWrites are every write kind the model knows.
-var AllWrites = []Kind{Set, Del, Incr, Append, GetDel, MSet, HSet, HDel, PExpire, Rename, Copy, Move,
+var AllWrites = []Kind{Set, SetTTL, Del, Incr, Append, GetDel, MSet, HSet, HDel, PExpire, Rename, Copy, Move,
 	SwapDB, FlushDB, FlushAll, EvalSet, FCallSet, Multi, EvalSwapDB}
 
 // evalSet is the script of EvalSet: it writes keys it does not declare.
@@ -166,10 +166,15 @@ func randomWrite(r *rand.Rand, kinds []Kind, id, i int) Input {
 		if r.IntN(4) == 0 {
 			in.Key = keyH
 		}
+	case SetTTL:
+		in.TTL = 1 + r.Int64N(50)
+		if r.IntN(2) == 0 {
+			in.TTL = 10_000 // sent as SET key value EX 10
+		}
 	case Multi:
 		in.Batch = make([]Input, 1+r.IntN(3))
 		for j := range in.Batch {
-			b := randomWrite(r, []Kind{Set, Del, Incr, Append, HSet, PExpire, GetDel}, id, i)
+			b := randomWrite(r, []Kind{Set, SetTTL, Del, Incr, Append, HSet, PExpire, GetDel}, id, i)
 			b.Val += "." + strconv.Itoa(j)
 			in.Batch[j] = b
 		}
@@ -187,6 +192,11 @@ func args(in Input) []any {
 		return []any{kindNames[in.Kind], "h", fieldNames[in.Field]}
 	case Set, Append:
 		return []any{kindNames[in.Kind], k, in.Val}
+	case SetTTL:
+		if in.TTL%1000 == 0 {
+			return []any{"SET", k, in.Val, "EX", in.TTL / 1000}
+		}
+		return []any{"SET", k, in.Val, "PX", in.TTL}
 	case MSet:
 		return []any{"MSET", "a", in.Val, "b", in.Val2}
 	case HSet:
