@@ -156,7 +156,31 @@ type stripe struct {
 	// write Cicada cannot see complete), by 1 at every notification.
 	version  atomic.Uint64
 	inflight atomic.Int64 // writes sent but not yet answered
-	_        [48]byte
+	// last is the last key of the stripe with a GET reply cached that a
+	// write evicted (bury), for a later write-through of the key to take
+	// its readers from (BeginWriteThrough); nil: none yet.
+	last atomic.Pointer[buried]
+	_    [40]byte
+}
+
+// buried is a GET-cached key a write evicted: the key, its GET reply's
+// readers (who Redis let read it) and the cache's epoch at the eviction.
+// It holds no reply: the 4,096 stripes' records keep only keys and
+// identities alive. Immutable.
+type buried struct {
+	hash    uint64
+	db      int32
+	key     string
+	readers []Ident
+	epoch   uint64
+}
+
+// bury records e, which a write has just evicted, as its stripe's last
+// evicted key, when it had a GET reply.
+func (c *Cache) bury(st *stripe, e *entry) {
+	if e.get != nil {
+		st.last.Store(&buried{hash: e.hash, db: e.db, key: e.key, readers: e.get.readers, epoch: c.epoch.Load()})
+	}
 }
 
 // writeMove is how far a write's start or end moves its stripe's version,
@@ -452,6 +476,7 @@ func (c *Cache) BeginWrite(k *Key) uint32 {
 	st.version.Add(writeMove)
 	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, ReasonWrite)
+		c.bury(st, e)
 	}
 	return s
 }

@@ -31,7 +31,9 @@
 //	    inflight++, evict; EndWrite at its reply: inflight--,
 //	    version += 2^32
 //	BeginWriteThrough(Key, value, ttl) for SET key value [EX|PX ttl],
-//	    SETEX or PSETEX of a cached key, then WriteThrough at its +OK,
+//	    SETEX or PSETEX of a cached key (or of the stripe's last key a
+//	    write evicted, with that reply's readers: Revived), then
+//	    WriteThrough at its +OK,
 //	    before EndWrite: the value is cached if the stripe's version moved
 //	    by at most n, n the SET's own notifications (set, and expire
 //	    with a TTL): no other write began or ended meanwhile, and no

@@ -19,8 +19,15 @@ type WriteThrough struct {
 	version  uint64 // the stripe's version right after this write's start
 	expireAt int64  // Now() reading at send plus the TTL; 0 = no TTL
 	notes    uint8  // keyspace notifications the write makes: set (and expire)
+	revived  bool   // the key was not cached: its readers are from its last eviction by a write
 	stripe   uint32
 }
+
+// Revived reports whether w's key was not cached when the write was sent:
+// its readers come from the key's last eviction by a write (the stripe's
+// record of it). The caller decides whether the key is still worth a
+// place in the cache (detector.Admission.Worth), and drops w if not.
+func (w *WriteThrough) Revived() bool { return w.revived }
 
 // Hash is the written key's Hash (Key.Hash), which is also the ReadHash
 // of its GET.
@@ -37,7 +44,12 @@ const MaxThroughTTL = 100_000_000_000
 // EndWrite. When k had a GET reply cached and value would be cached (not
 // over MaxValue, not a denied key), it also returns a WriteThrough to pass
 // to Cache.WriteThrough at the write's +OK, so the key's next reads are
-// hits instead of a refill (a GET and a PTTL). The key's expiry is taken
+// hits instead of a refill (a GET and a PTTL). So it does, Revived, when
+// k is not cached but is the last key of its stripe whose GET reply a
+// write evicted, and no flush, hold or ACL change (the epoch) came since:
+// the readers are that reply's, who Redis let read the key (what the
+// value is does not change who may read it), and the checks at the +OK
+// are the same. The key's expiry is taken
 // from now, the write's send: Redis, which starts the TTL when it runs
 // the write, expires the key no sooner. value is copied; w is nil
 // otherwise. Safe from any goroutine.
@@ -46,12 +58,22 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	st := &c.stripes[s]
 	st.inflight.Add(1)
 	version := st.version.Add(writeMove)
-	e := c.find(k.db, k.hash, k.name)
-	if e == nil {
+	var readers []Ident
+	revived := false
+	if e := c.find(k.db, k.hash, k.name); e != nil {
+		c.evictEntry(e, ReasonWrite)
+		c.bury(st, e)
+		if e.get == nil {
+			return s, nil
+		}
+		readers = e.get.readers
+	} else if b := st.last.Load(); b != nil && b.hash == k.hash && b.db == int32(k.db) &&
+		b.key == string(k.name) && b.epoch == c.epoch.Load() {
+		readers, revived = b.readers, true
+	} else {
 		return s, nil
 	}
-	c.evictEntry(e, ReasonWrite)
-	if e.get == nil || c.suspended.Load() != 0 || int64(len(value)) > c.maxValue.Load() {
+	if c.suspended.Load() != 0 || int64(len(value)) > c.maxValue.Load() {
 		return s, nil
 	}
 	if c.isDenied(k) {
@@ -63,8 +85,8 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	reply := make([]byte, 0, len(value)+16)
 	reply = append(strconv.AppendInt(append(reply, '$'), int64(len(value)), 10), '\r', '\n')
 	reply = append(append(reply, value...), '\r', '\n')
-	w = &WriteThrough{key: k.Clone(), reply: reply, readers: e.get.readers,
-		epoch: c.epoch.Load(), version: version, notes: 1, stripe: s}
+	w = &WriteThrough{key: k.Clone(), reply: reply, readers: readers,
+		epoch: c.epoch.Load(), version: version, notes: 1, revived: revived, stripe: s}
 	if ttl > 0 {
 		w.expireAt, w.notes = c.now()+ttl*int64(time.Millisecond), 2
 	}

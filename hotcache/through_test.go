@@ -212,3 +212,67 @@ func TestWriteThroughReaders(t *testing.T) {
 		t.Errorf("Stats.WriteThroughs = %d, want 1", s.WriteThroughs)
 	}
 }
+
+// TestWriteThroughRevived: a SET of a key that a write evicted, and that
+// is not cached again, writes through with the readers the key had (two
+// overlapping SETs of a hot key cache neither, and the next one puts the
+// value back without a fill); not after a flush, and not once a write has
+// evicted another key of the stripe since.
+func TestWriteThroughRevived(t *testing.T) {
+	c, err := New(Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 1024, Stripes: 1, Now: (&fakeClock{}).now, StrictHolds: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyOf("k")
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0) // read by identity 1
+	c.AddReader(c.Epoch(), k, 2)
+	st1, w1 := c.BeginWriteThrough(k, []byte("one"), 0)
+	st2, w2 := c.BeginWriteThrough(k, []byte("two"), 0)
+	if w1 == nil || w1.Revived() || w2 == nil || !w2.Revived() {
+		t.Fatalf("overlapping SETs: WriteThroughs %v and %v, want the first from the entry and the second revived", w1, w2)
+	}
+	if c.WriteThrough(w1) {
+		t.Fatal("the first of two overlapping SETs was kept")
+	}
+	c.EndWrite(st1)
+	if c.WriteThrough(w2) {
+		t.Fatal("the second of two overlapping SETs was kept: the first may have run after it")
+	}
+	c.EndWrite(st2)
+	if _, s := get(c, "k", 1, 2); s != Miss {
+		t.Fatalf("after the overlapping SETs: %v, want Miss", s)
+	}
+	st, w := c.BeginWriteThrough(k, []byte("three"), 0)
+	if w == nil || !w.Revived() {
+		t.Fatal("the next SET: no revived WriteThrough")
+	}
+	if !c.WriteThrough(w) {
+		t.Fatal("the next SET: WriteThrough refused")
+	}
+	c.EndWrite(st)
+	for ident, want := range map[Ident]Status{1: Hit, 2: Hit, 3: Unproven} {
+		if got, s := get(c, "k", ident, 2); s != want || (s == Hit && got != "$5\r\nthree\r\n") {
+			t.Errorf("identity %d after the revived SET: %q %v, want %v", ident, got, s, want)
+		}
+	}
+
+	// Evicted by a write, then a flush: the readers are not trusted.
+	c.EndWrite(c.BeginWrite(k))
+	c.Flush()
+	st, w = c.BeginWriteThrough(k, []byte("four"), 0)
+	c.EndWrite(st)
+	if w != nil {
+		t.Error("a SET after a flush was written through")
+	}
+
+	// Another key of the (only) stripe evicted by a write since.
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+	fill(t, c, "other", "", false, []byte("$1\r\nx\r\n"), 0)
+	c.EndWrite(c.BeginWrite(k))
+	c.EndWrite(c.BeginWrite(keyOf("other")))
+	st, w = c.BeginWriteThrough(k, []byte("five"), 0)
+	c.EndWrite(st)
+	if w != nil {
+		t.Error("a SET was revived from another key's eviction")
+	}
+}

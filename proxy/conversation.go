@@ -468,6 +468,9 @@ func (cv *conversation) effects(spec *command.Spec, args [][]byte, argc int64, r
 		if h == holdNone && len(keys) == 1 {
 			if value, ttl, ok := throughSet(spec, args, argc); ok {
 				st, w := cache.BeginWriteThrough(&keys[0], value, ttl)
+				if w != nil && w.Revived() && !cv.env.adm.Worth(w.Hash(), w.Hash()) {
+					w = nil // no longer worth its place (a fill asks the same)
+				}
 				cv.writes.push(st)
 				rq.stripes, rq.through = 1, w
 				if w != nil {
