@@ -356,8 +356,21 @@ func TestWriteThroughQueued(t *testing.T) {
 		t.Fatalf("GET after the transaction = %q %v, want \"tx\"", got, err)
 	}
 	// Each GET goes to Redis only if woken with the SET's notification
-	// unapplied, a few percent (TestReadsWaitForWriteThrough).
-	if gets := w.readsDuringSet("tx", "after"); gets == int64(len(w.readers)) {
-		t.Errorf("Redis got all %d GETs during the SET after a queued one: they did not wait", gets)
+	// unapplied, a few percent (TestReadsWaitForWriteThrough), and the
+	// readers wake together: one round could send all four under load
+	// (a CI run did, on Valkey 8.1 beside two other suites). A queued
+	// write-through left recorded would keep every round's reads from
+	// waiting.
+	const rounds = 5
+	var gets int64
+	for i := range rounds {
+		old := "tx"
+		if i > 0 {
+			old = "after" + strconv.Itoa(i-1)
+		}
+		gets += w.readsDuringSet(old, "after"+strconv.Itoa(i))
+	}
+	if reads := int64(rounds * len(w.readers)); gets > reads/2 {
+		t.Errorf("Redis got %d GETs for %d reads during SETs after a queued one: they did not wait", gets, reads)
 	}
 }
