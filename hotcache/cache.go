@@ -176,10 +176,14 @@ type buried struct {
 }
 
 // bury records e, which a write has just evicted, as its stripe's last
-// evicted key, when it had a GET reply.
-func (c *Cache) bury(st *stripe, e *entry) {
+// evicted key, when it had a GET reply. epoch is the cache's, read before
+// e was looked up: an ACL change takes a Hold, flushes at its reply and
+// bumps the epoch again at the Release, so an entry found before the
+// flush, however late the writer gets here, is buried under an epoch
+// older than the Release's.
+func (c *Cache) bury(st *stripe, e *entry, epoch uint64) {
 	if e.get != nil {
-		st.last.Store(&buried{hash: e.hash, db: e.db, key: e.key, readers: e.get.readers, epoch: c.epoch.Load()})
+		st.last.Store(&buried{hash: e.hash, db: e.db, key: e.key, readers: e.get.readers, epoch: epoch})
 	}
 }
 
@@ -474,9 +478,10 @@ func (c *Cache) BeginWrite(k *Key) uint32 {
 	st := &c.stripes[s]
 	st.inflight.Add(1)
 	st.version.Add(writeMove)
+	epoch := c.epoch.Load()
 	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, ReasonWrite)
-		c.bury(st, e)
+		c.bury(st, e, epoch)
 	}
 	return s
 }

@@ -58,17 +58,21 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	st := &c.stripes[s]
 	st.inflight.Add(1)
 	version := st.version.Add(writeMove)
+	// The epoch is read before the key is looked up: readers taken from an
+	// entry found before a flush (an ACL change's) carry an older epoch,
+	// refused at the +OK however late this goroutine runs on (bury).
+	epoch := c.epoch.Load()
 	var readers []Ident
 	revived := false
 	if e := c.find(k.db, k.hash, k.name); e != nil {
 		c.evictEntry(e, ReasonWrite)
-		c.bury(st, e)
+		c.bury(st, e, epoch)
 		if e.get == nil {
 			return s, nil
 		}
 		readers = e.get.readers
 	} else if b := st.last.Load(); b != nil && b.hash == k.hash && b.db == int32(k.db) &&
-		b.key == string(k.name) && b.epoch == c.epoch.Load() {
+		b.key == string(k.name) && b.epoch == epoch {
 		readers, revived = b.readers, true
 	} else {
 		return s, nil
@@ -86,7 +90,7 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	reply = append(strconv.AppendInt(append(reply, '$'), int64(len(value)), 10), '\r', '\n')
 	reply = append(append(reply, value...), '\r', '\n')
 	w = &WriteThrough{key: k.Clone(), reply: reply, readers: readers,
-		epoch: c.epoch.Load(), version: version, notes: 1, revived: revived, stripe: s}
+		epoch: epoch, version: version, notes: 1, revived: revived, stripe: s}
 	if ttl > 0 {
 		w.expireAt, w.notes = c.now()+ttl*int64(time.Millisecond), 2
 	}
