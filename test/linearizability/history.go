@@ -44,6 +44,9 @@ func Load(path string) ([]porcupine.Operation, error) {
 	history := make([]porcupine.Operation, len(ops))
 	for i, o := range ops {
 		o.Input.Call, o.Input.Return = o.Call, o.Return
+		if o.Input.WallCall == 0 && o.Input.WallReturn == 0 { // recorded before the wall clock was
+			o.Input.WallCall, o.Input.WallReturn = o.Call, o.Return
+		}
 		history[i] = porcupine.Operation{ClientId: o.Client, Input: o.Input, Output: o.Output, Call: o.Call, Return: o.Return}
 	}
 	return history, nil

@@ -80,17 +80,23 @@ var kindNames = [...]string{"GET", "HGET", "SET", "DEL", "INCR", "APPEND", "GETD
 	"PEXPIRE", "RENAME", "COPY", "MOVE", "SWAPDB", "FLUSHDB", "FLUSHALL", "EVAL", "FCALL", "MULTI", "EVAL", "SET"}
 
 // Input is one operation as a client issued it. DB is the database its
-// connection has selected. Call and Return (ns since the history began)
-// repeat porcupine's timestamps for the expiry windows.
+// connection has selected. Call and Return (ns since the history began,
+// monotonic clock) repeat porcupine's timestamps; WallCall and WallReturn
+// are the same instants by the wall clock (CLOCK_REALTIME, ns since the
+// history began), which is the clock Redis's expiry follows (mstime from
+// gettimeofday): the expiry windows use them, so a step of the wall clock
+// (an NTP or hypervisor correction) moves the windows as it moves Redis's
+// expiry.
 type Input struct {
-	Kind         Kind
-	DB           int
-	Key, Key2    int
-	Field        int
-	Val, Val2    string
-	TTL          int64 // ms, for PExpire and SetTTL
-	Batch        []Input
-	Call, Return int64
+	Kind                 Kind
+	DB                   int
+	Key, Key2            int
+	Field                int
+	Val, Val2            string
+	TTL                  int64 // ms, for PExpire and SetTTL
+	Batch                []Input
+	Call, Return         int64
+	WallCall, WallReturn int64
 }
 
 // Output is what Redis (or Cicada) answered: a bulk or status string, a
@@ -148,19 +154,19 @@ func branches(s State, in Input, evictable bool) []State {
 		var next []State
 		for _, st := range out {
 			e := &st[k[0]][k[1]]
-			if !e.present || (e.exp[1] == 0 || in.Return < e.exp[0]) && !evictable {
+			if !e.present || (e.exp[1] == 0 || in.WallReturn < e.exp[0]) && !evictable {
 				next = append(next, st)
 				continue
 			}
 			gone := st
 			gone[k[0]][k[1]] = entry{}
-			if e.exp[1] != 0 && in.Call > e.exp[1] {
+			if e.exp[1] != 0 && in.WallCall > e.exp[1] {
 				next = append(next, gone)
 				continue
 			}
 			alive := st
 			if e.exp[1] != 0 {
-				alive[k[0]][k[1]].exp[0] = max(e.exp[0], in.Call) // expiry not before this call
+				alive[k[0]][k[1]].exp[0] = max(e.exp[0], in.WallCall) // expiry not before this call
 			}
 			next = append(next, alive, gone)
 		}
@@ -296,7 +302,7 @@ func apply(s State, in Input) (Output, State) {
 	case Multi:
 		out := Output{Items: []Output{}}
 		for _, b := range in.Batch {
-			b.DB, b.Call, b.Return = in.DB, in.Call, in.Return
+			b.DB, b.WallCall, b.WallReturn = in.DB, in.WallCall, in.WallReturn
 			var o Output
 			o, s = apply(s, b)
 			out.Items = append(out.Items, o)
@@ -338,11 +344,12 @@ func equalOutput(a, b Output) bool {
 	return true
 }
 
-// expiryWindow is where the expiry instant of a TTL of in.TTL ms that in
-// set lies: Redis reads its clock between in's call and its return.
+// expiryWindow is where the expiry instant (wall clock) of a TTL of
+// in.TTL ms that in set lies: Redis reads its clock between in's call and
+// its return.
 func expiryWindow(in Input) [2]int64 {
 	ttl := in.TTL * 1e6
-	return [2]int64{in.Call + ttl - ttlSlack, min(in.Return, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
+	return [2]int64{in.WallCall + ttl - ttlSlack, min(in.WallReturn, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
 }
 
 // Describe renders an operation for porcupine's visualization.

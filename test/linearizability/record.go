@@ -92,9 +92,9 @@ func Record(ctx context.Context, w Workload) ([]porcupine.Operation, error) {
 				in = randomRead(rng)
 			}
 			in.DB = db
-			in.Call = int64(time.Since(start))
+			in.Call, in.WallCall = since(start)
 			out, err := do(rc, in)
-			in.Return = int64(time.Since(start))
+			in.Return, in.WallReturn = since(start)
 			switch {
 			case err != nil && !w.Tolerate:
 				errs <- fmt.Errorf("client %d: %s: %w", id, describeInput(in), err)
@@ -102,7 +102,7 @@ func Record(ctx context.Context, w Workload) ([]porcupine.Operation, error) {
 			case err != nil && !writer:
 				continue
 			case err != nil:
-				in.Return, out = math.MaxInt64, Output{Unknown: true}
+				in.Return, in.WallReturn, out = math.MaxInt64, math.MaxInt64, Output{Unknown: true}
 				time.Sleep(10 * time.Millisecond)
 			}
 			mu.Lock()
@@ -222,6 +222,13 @@ func args(in Input) []any {
 		return []any{"EVAL", "return redis.call('SWAPDB', 0, 1)", 0}
 	}
 	panic("no single command for " + kindNames[in.Kind])
+}
+
+// since returns the time since start by the monotonic clock and by the
+// wall clock (ns), read at one instant.
+func since(start time.Time) (mono, wall int64) {
+	now := time.Now()
+	return int64(now.Sub(start)), now.UnixNano() - start.UnixNano()
 }
 
 // do sends in on rc and converts the reply. An error means the connection
