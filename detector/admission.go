@@ -251,8 +251,12 @@ func (a *Admission) Advance(now time.Time) {
 
 // NoteFill records that a fill's two replies took rtt from send to the
 // last reply. Any goroutine: the average is updated without a lock, and
-// an update lost to a concurrent one does not matter to an average.
+// an update lost to a concurrent one does not matter to an average. A
+// negative rtt (measured on a wall clock that stepped back) is ignored.
 func (a *Admission) NoteFill(rtt time.Duration) {
+	if rtt < 0 {
+		return
+	}
 	old := a.rtt.Load()
 	if old == 0 {
 		a.rtt.Store(int64(rtt))

@@ -63,8 +63,13 @@ type Config struct {
 	// Stripes is the number of fill-guard version stripes, a power of two;
 	// 0 means DefaultStripes.
 	Stripes int
-	// Now returns a monotonic clock reading in nanoseconds; nil means
-	// time since the cache was created. Tests inject a fake clock.
+	// Now returns the clock of cached TTLs in nanoseconds; nil means the
+	// wall clock (time.Now().UnixNano(), CLOCK_REALTIME), the clock Redis's
+	// expiry follows (mstime, from gettimeofday): beside Redis on one host
+	// a step of it (an NTP correction, a hypervisor's after pausing the
+	// machine) expires a cached key when Redis expires the key, where a
+	// monotonic clock would serve it for the step's length longer. Tests
+	// inject a fake clock.
 	Now func() int64
 	// StrictHolds makes a second Release of a Hold panic instead of only
 	// counting it (Stats.DoubleReleases): for tests.
@@ -302,8 +307,7 @@ func New(cfg Config) (*Cache, error) {
 	c.table.Store(newSlotTable(cfg.Capacity))
 	c.maxValue.Store(int64(cfg.MaxValue))
 	if c.now == nil {
-		base := time.Now()
-		c.now = func() int64 { return int64(time.Since(base)) }
+		c.now = func() int64 { return time.Now().UnixNano() }
 	}
 	return c, nil
 }
@@ -331,7 +335,9 @@ func mixDB(h uint64, db int) uint64 {
 	return h ^ (uint64(db)+1)*0xbf58476d1ce4e5b9
 }
 
-// Now returns the cache's clock reading (ns), the time base of Fill's sentAt.
+// Now returns the cache's clock reading (ns; Config.Now), the time base of
+// FillRequest.ExpireAt. A difference of two readings is a duration only
+// while the wall clock does not step: it may be negative or too long.
 func (c *Cache) Now() int64 { return c.now() }
 
 // Found is what Lookup found for a key: on Hit the exact reply bytes

@@ -165,6 +165,28 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// TestTTLClockIsWall checks that without Config.Now cached TTLs run on the
+// wall clock, Redis's expiry clock: an entry that expires 50 ms from now by
+// time.Now().UnixNano() is served until then and not after.
+func TestTTLClockIsWall(t *testing.T) {
+	c, err := New(Config{Capacity: 100, MaxBytes: 1 << 20, MaxValue: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Duration(c.Now() - time.Now().UnixNano()); d < -time.Second || d > time.Second {
+		t.Fatalf("Now() is %v from the wall clock", d)
+	}
+	at := time.Now().Add(50 * time.Millisecond)
+	fill(t, c, "k", "", false, []byte("$1\r\nx\r\n"), at.UnixNano())
+	if _, st := get(c, "k", 1, 2); st != Hit && time.Now().Before(at) {
+		t.Fatalf("before expiry: %v, want Hit", st)
+	}
+	time.Sleep(time.Until(at) + time.Millisecond)
+	if _, st := get(c, "k", 1, 2); st != Miss {
+		t.Fatalf("after expiry: %v, want Miss", st)
+	}
+}
+
 // TestFillGuard covers every event that must make an in-flight fill be
 // dropped: the stale-fill rule.
 func TestFillGuard(t *testing.T) {

@@ -93,12 +93,14 @@ func (t *throughWaits) wrote(h uint64) {
 // Hash h ends, if one is in flight and was sent less than limit ns before
 // now (hotcache.Cache.Now readings), and returns the ns left of limit;
 // ok=false: no wait. With wake nil it only reports whether there would be
-// one. The caller wakes itself once the time left has passed.
+// one. The caller wakes itself once the time left has passed. A reading
+// before the send (the wall clock stepped back) is no wait either: the
+// time waited so far is unknown.
 func (t *throughWaits) wait(h uint64, wake func(), now, limit int64) (left int64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tw, ok := t.m[h]
-	if !ok || !tw.waitable || now-tw.sentAt >= limit {
+	if elapsed := now - tw.sentAt; !ok || !tw.waitable || elapsed < 0 || elapsed >= limit {
 		return 0, false
 	}
 	if wake != nil {
