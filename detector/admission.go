@@ -251,10 +251,11 @@ func (a *Admission) Advance(now time.Time) {
 
 // NoteFill records that a fill's two replies took rtt from send to the
 // last reply. Any goroutine: the average is updated without a lock, and
-// an update lost to a concurrent one does not matter to an average. A
-// negative rtt (measured on a wall clock that stepped back) is ignored.
+// an update lost to a concurrent one does not matter to an average. An
+// rtt below zero or over maxFillRTT (measured on a wall clock that
+// stepped) is ignored.
 func (a *Admission) NoteFill(rtt time.Duration) {
-	if rtt < 0 {
+	if rtt < 0 || rtt > maxFillRTT {
 		return
 	}
 	old := a.rtt.Load()
@@ -264,6 +265,12 @@ func (a *Admission) NoteFill(rtt time.Duration) {
 	}
 	a.rtt.Store(old + (int64(rtt)-old)/16)
 }
+
+// maxFillRTT is the longest fill round trip NoteFill takes: a second.
+// A longer one is a step of the clock it was measured on or a fill queued
+// behind a slow command, and taken into the average it would make every
+// written key look too costly to cache (Saved) for many fills after.
+const maxFillRTT = time.Second
 
 // FillRTT is the moving average of fill round trips (0 before the first).
 func (a *Admission) FillRTT() time.Duration { return time.Duration(a.rtt.Load()) }

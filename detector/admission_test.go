@@ -39,6 +39,11 @@ func TestAdmissionSaved(t *testing.T) {
 	if got := a.FillRTT(); got != 100*time.Millisecond+100*time.Millisecond/16 {
 		t.Errorf("FillRTT %v, want 106.25ms", got)
 	}
+	a.NoteFill(-time.Millisecond) // the wall clock stepped back
+	a.NoteFill(time.Hour)         // or forward
+	if got := a.FillRTT(); got != 100*time.Millisecond+100*time.Millisecond/16 {
+		t.Errorf("after round trips of -1 ms and 1 h: FillRTT %v, want 106.25ms unchanged", got)
+	}
 	for range 200 {
 		a.ObserveWrite(written) // 210 writes/s: saves nothing
 	}

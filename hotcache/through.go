@@ -18,6 +18,7 @@ type WriteThrough struct {
 	epoch    uint64
 	version  uint64 // the stripe's version right after this write's start
 	expireAt int64  // Now() reading at send plus the TTL; 0 = no TTL
+	sentAt   int64  // Now() reading at send, for a TTL
 	notes    uint8  // keyspace notifications the write makes: set (and expire)
 	revived  bool   // the key was not cached: its readers are from its last eviction by a write
 	stripe   uint32
@@ -92,7 +93,8 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 	w = &WriteThrough{key: k.Clone(), reply: reply, readers: readers,
 		epoch: epoch, version: version, notes: 1, revived: revived, stripe: s}
 	if ttl > 0 {
-		w.expireAt, w.notes = c.now()+ttl*int64(time.Millisecond), 2
+		w.sentAt = c.now()
+		w.expireAt, w.notes = w.sentAt+ttl*int64(time.Millisecond), 2
 	}
 	return s, w
 }
@@ -111,7 +113,8 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 // another write of the stripe in flight, begun or ended since (it may
 // have run after this one in Redis: another connection), more
 // notifications than the write makes, a flush, a hold, an ACL change (the
-// epoch), an expiry already past. A move that was not the write's own
+// epoch), an expiry already past, a clock reading before the send's (the
+// wall clock stepped back: Redis's TTL may end after expireAt). A move that was not the write's own
 // (another key's notification, or an earlier write's) only lowers how many
 // are taken: the write's own then evict the reply when they come, a lost
 // hit, never a stale one. Taking more would be the danger: a later write's
@@ -124,7 +127,10 @@ func (c *Cache) WriteThrough(w *WriteThrough) bool {
 	defer c.mu.Unlock()
 	moved := st.version.Load() - w.version
 	if c.suspended.Load() != 0 || c.epoch.Load() != w.epoch || st.inflight.Load() != 1 ||
-		moved > uint64(w.notes) || (w.expireAt != 0 && c.now() >= w.expireAt) {
+		moved > uint64(w.notes) {
+		return false
+	}
+	if now := c.now(); w.expireAt != 0 && (now >= w.expireAt || now < w.sentAt) {
 		return false
 	}
 	k := &w.key

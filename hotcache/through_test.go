@@ -88,6 +88,10 @@ func TestWriteThroughTTL(t *testing.T) {
 		t.Error("a TTL that passed before the reply: WriteThrough kept the value")
 	}
 	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
+	if writeThrough(t, c, k, "new", 5000, func() { clk.ns.Add(-int64(time.Millisecond)) }) {
+		t.Error("the clock stepped back before the reply: WriteThrough kept a TTL Redis may end later")
+	}
+	fill(t, c, "k", "", false, []byte("$3\r\nold\r\n"), 0)
 	three := func() {
 		for range 3 {
 			c.Invalidate(k, ReasonNotification)

@@ -536,8 +536,13 @@ func (cv *conversation) endFill(ri *readInfo) {
 }
 
 // fill caches the reply of a fill whose TTLs are known; expireAt is the
-// cache clock's expiry (0: none).
+// cache clock's expiry (0: none). A TTL is not kept when the clock reads
+// earlier than at the GET's send: the wall clock stepped back meanwhile,
+// and Redis's expiry may then come after expireAt.
 func (cv *conversation) fill(ri *readInfo, expireAt int64) {
+	if expireAt != 0 && cv.env.cache.Now() < ri.sentAt {
+		return
+	}
 	req := hotcache.FillRequest{Key: ri.key, ValueLen: ri.valueLen, ExpireAt: expireAt, Ident: cv.ident}
 	if !ri.isNil {
 		req.Reply = ri.reply

@@ -51,9 +51,15 @@ type convHarness struct {
 // newConvHarness starts the two redis-servers and a session whose keys
 // become hot at their first read (threshold 1).
 func newConvHarness(t *testing.T, addrMap string) *convHarness {
+	return newConvHarnessClock(t, addrMap, nil)
+}
+
+// newConvHarnessClock is newConvHarness with the cache's clock now
+// (hotcache.Config.Now; nil: the wall clock).
+func newConvHarnessClock(t *testing.T, addrMap string, now func() int64) *convHarness {
 	t.Helper()
 	viaR, directR := redistest.Start(t), redistest.Start(t)
-	cache, err := hotcache.New(hotcache.Config{Capacity: 64, MaxBytes: 1 << 20, MaxValue: 1024, StrictHolds: true})
+	cache, err := hotcache.New(hotcache.Config{Capacity: 64, MaxBytes: 1 << 20, MaxValue: 1024, StrictHolds: true, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,5 +648,29 @@ func TestThroughSet(t *testing.T) {
 	}
 	if _, _, ok := throughSet(nil, args, 3); ok {
 		t.Error("a command Redis does not know: written through")
+	}
+}
+
+// TestFillAfterClockStepBack: a fill of a key with a TTL is not kept when
+// the cache's clock (the wall clock) reads earlier at the PTTL's reply
+// than at the GET's send: Redis's expiry may then come after the one the
+// fill would compute. The same fill on a clock that did not step is kept.
+func TestFillAfterClockStepBack(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		ns := int64(1e15)
+		clock := func() int64 {
+			if back {
+				ns -= int64(time.Millisecond) // the session runs on this goroutine
+			}
+			return ns
+		}
+		h := newConvHarnessClock(t, "", clock)
+		h.viaSession(t, "*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nPX\r\n$6\r\n100000\r\n", 1)
+		if got := h.viaSession(t, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", 1); string(got) != "$1\r\nv\r\n" {
+			t.Fatalf("GET k = %q", got)
+		}
+		if n, want := h.s.env.cache.Stats().Replies, map[bool]int{false: 1, true: 0}[back]; n != want {
+			t.Errorf("clock stepped back %v: %d replies cached, want %d", back, n, want)
+		}
 	}
 }

@@ -18,9 +18,11 @@ import (
 // the key while one is in flight (the first then caches nothing,
 // hotcache.Cache.WriteThrough) releases its readers at once.
 //
-// A read waits at most throughWaitFor from the SET's send: Redis may hold
-// writes while it serves reads (CLIENT PAUSE WRITE, FAILOVER, a cluster
-// failover), and a read must not wait for those as long as they last.
+// A read waits at most throughWaitFor from the SET's send (from its own
+// arrival when the wall clock, hotcache.Cache.Now, stepped back between
+// the two): Redis may hold writes while it serves reads (CLIENT PAUSE
+// WRITE, FAILOVER, a cluster failover), and a read must not wait for
+// those as long as they last.
 //
 // Safe for concurrent use: mu guards m; a waiter's wake (session.fillWake)
 // is safe from any goroutine and is called without mu held. m holds

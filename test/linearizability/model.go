@@ -154,19 +154,20 @@ func branches(s State, in Input, evictable bool) []State {
 		var next []State
 		for _, st := range out {
 			e := &st[k[0]][k[1]]
-			if !e.present || (e.exp[1] == 0 || in.WallReturn < e.exp[0]) && !evictable {
+			first, last := wallSpan(in)
+			if !e.present || (e.exp[1] == 0 || last < e.exp[0]) && !evictable {
 				next = append(next, st)
 				continue
 			}
 			gone := st
 			gone[k[0]][k[1]] = entry{}
-			if e.exp[1] != 0 && in.WallCall > e.exp[1] {
+			if e.exp[1] != 0 && first > e.exp[1] {
 				next = append(next, gone)
 				continue
 			}
 			alive := st
 			if e.exp[1] != 0 {
-				alive[k[0]][k[1]].exp[0] = max(e.exp[0], in.WallCall) // expiry not before this call
+				alive[k[0]][k[1]].exp[0] = max(e.exp[0], first) // expiry not before this call
 			}
 			next = append(next, alive, gone)
 		}
@@ -349,7 +350,15 @@ func equalOutput(a, b Output) bool {
 // its return.
 func expiryWindow(in Input) [2]int64 {
 	ttl := in.TTL * 1e6
-	return [2]int64{in.WallCall + ttl - ttlSlack, min(in.WallReturn, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
+	first, last := wallSpan(in)
+	return [2]int64{first + ttl - ttlSlack, min(last, math.MaxInt64-ttl-ttlSlack) + ttl + ttlSlack}
+}
+
+// wallSpan is the earliest and the latest wall-clock reading Redis can
+// have taken for in: its call's and its return's, in either order (the
+// wall clock may step back during an operation).
+func wallSpan(in Input) (first, last int64) {
+	return min(in.WallCall, in.WallReturn), max(in.WallCall, in.WallReturn)
 }
 
 // Describe renders an operation for porcupine's visualization.
