@@ -114,13 +114,14 @@ func (c *Cache) BeginWriteThrough(k *Key, value []byte, ttl int64) (stripe uint3
 // have run after this one in Redis: another connection), more
 // notifications than the write makes, a flush, a hold, an ACL change (the
 // epoch), an expiry already past, a clock reading before the send's (the
-// wall clock stepped back: Redis's TTL may end after expireAt). A move that was not the write's own
-// (another key's notification, or an earlier write's) only lowers how many
-// are taken: the write's own then evict the reply when they come, a lost
-// hit, never a stale one. Taking more would be the danger: a later write's
-// notification taken as the write's. A reply kept with notifications still
-// to come is served meanwhile: its value is the key's since the write ran,
-// as a fill's is since its GET ran.
+// wall clock stepped back: Redis's TTL may end after expireAt). A move
+// that was not the write's own (another key's notification, or an
+// earlier write's) only lowers how many are taken: the write's own then
+// evict the reply when they come, a lost hit, never a stale one. Taking
+// more would be the danger: a later write's notification taken as the
+// write's. A reply kept with notifications still to come is served
+// meanwhile: its value is the key's since the write ran, as a fill's is
+// since its GET ran.
 func (c *Cache) WriteThrough(w *WriteThrough) bool {
 	st := &c.stripes[w.stripe]
 	c.mu.Lock()
@@ -130,8 +131,10 @@ func (c *Cache) WriteThrough(w *WriteThrough) bool {
 		moved > uint64(w.notes) {
 		return false
 	}
-	if now := c.now(); w.expireAt != 0 && (now >= w.expireAt || now < w.sentAt) {
-		return false
+	if w.expireAt != 0 {
+		if now := c.now(); now >= w.expireAt || now < w.sentAt {
+			return false
+		}
 	}
 	k := &w.key
 	if c.find(k.db, k.hash, k.name) != nil {
