@@ -65,8 +65,16 @@ var (
 var (
 	startProcs = runtime.GOMAXPROCS(0)
 	startCPUs  = runtime.NumCPU()
-	procsSet   = os.Getenv("GOMAXPROCS") != ""
+	procsSet   = procsFromEnv(os.Getenv("GOMAXPROCS"))
 )
+
+// procsFromEnv reports whether the runtime took GOMAXPROCS from the
+// environment variable's value v: a positive integer (the runtime ignores
+// any other).
+func procsFromEnv(v string) bool {
+	n, err := strconv.ParseInt(v, 10, 32)
+	return err == nil && n > 0 && v[0] != '+'
+}
 
 // autoLoops is the number of event loops when none is configured (loops
 // 0), from GOMAXPROCS as the process started (procs), the CPUs it may run

@@ -313,6 +313,16 @@ func TestAutoLoops(t *testing.T) {
 	}
 }
 
+// TestProcsFromEnv: only a value the runtime takes counts as GOMAXPROCS
+// set.
+func TestProcsFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "2": true, "1": true, "0": false, "-1": false, "two": false, "2x": false, "+2": false, "99999999999": false} {
+		if got := procsFromEnv(v); got != want {
+			t.Errorf("procsFromEnv(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 func TestLoopsZeroIsAutomatic(t *testing.T) {
 	for _, args := range [][]string{nil, {"--loops", "0"}} {
 		if c := mustLoad(t, args, nil); c.Loops != defaultLoops() || c.Loops < 1 {
