@@ -17,6 +17,7 @@ type loopState struct {
 	// on requests in flight (processClient).
 	upvBytes int64
 	downv    [][]byte // reply bytes to pass to the client
+	outv     [][]byte // the pieces of a large answer of Cicada's (writeOut)
 	// heavy are this loop's sessions that held at least heavyBytes at a
 	// check, until their client connection's OnClose; grown counts bytes
 	// their buffers grew by since they were last summed into held, the

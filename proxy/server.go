@@ -118,7 +118,9 @@ type Server struct {
 	start time.Time
 
 	closedFor      [closeReasons]atomic.Uint64 // clients closed by Cicada, by reason
-	clientHeld     atomic.Int64                // bytes the loops' heavy clients hold (limits.go)
+	clientHeld     atomic.Int64                // bytes the loops' heavy clients hold, and evicted ones' not yet collected (limits.go)
+	uncollected    atomic.Int64                // bytes released by evicted clients, awaiting collected's next collection
+	collecting     atomic.Bool                 // collected's goroutine runs
 	conns          atomic.Int64                // client connections open
 	connsTotal     atomic.Uint64
 	upstreamErrors atomic.Uint64 // failed dials and invalid replies

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"math/bits"
 	"net"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,7 @@ type session struct {
 	// Limits (limits.go).
 	softSince int64 // clock+1 when unread replies reached the soft limit, 0 if below
 	held      int64 // bytes held for the client at its last charge
+	evicted   bool  // closed for max-client-memory (closeFor)
 	unchecked int   // requests parsed since the input limits were last checked in processClient
 }
 
@@ -468,10 +470,35 @@ const localFlush = 64 << 10
 func (s *session) flushOut() {
 	l := s.el
 	if len(l.out) > 0 && !s.closing() {
-		_, _ = s.client.Write(l.out)
-		s.checkOutput()
+		s.writeOut(l.out)
 	}
 	l.out = l.out[:0]
+}
+
+// writeOut writes b, answers Cicada made, to the client, cut into pieces
+// (see piece), and checks its output limits. Not through downv: it runs
+// while fromUpstream gathers another session's replies there (a fill's
+// reply wakes the reads that waited for it).
+func (s *session) writeOut(b []byte) {
+	if len(b) <= pieceMin {
+		_, _ = s.client.Write(b)
+	} else {
+		l := s.el
+		v := l.outv[:0]
+		for len(b) > 0 {
+			if len(v) == maxDownv {
+				_, _ = s.client.Writev(v)
+				v = v[:0]
+			}
+			n := piece(len(b))
+			v = append(v, b[:n])
+			b = b[n:]
+		}
+		_, _ = s.client.Writev(v)
+		clear(v)
+		l.outv = v[:0]
+	}
+	s.checkOutput()
 }
 
 // onUpstreamOpen links the session's own enrolled upstream connection to
@@ -800,13 +827,41 @@ func (s *session) fromUpstream(buf []byte, limit int) (off, frames int, ok bool)
 // more than IOV_MAX (1024) and gnet closes the connection when it does.
 const maxDownv = 256
 
-// down queues bytes for the client, writing what is queued first when the
-// gather list is full (a read of thousands of rewritten redirects).
-func (s *session) down(bs ...[]byte) {
-	if len(s.el.downv)+len(bs) > maxDownv {
-		s.flushDown()
+// down queues b for the client, cut into pieces (see piece), writing what
+// is queued first when the gather list is full (a read of thousands of
+// rewritten redirects, a reply of hundreds of MB).
+func (s *session) down(b []byte) {
+	for len(b) > 0 {
+		if len(s.el.downv) == maxDownv {
+			s.flushDown()
+		}
+		n := piece(len(b))
+		s.el.downv = append(s.el.downv, b[:n])
+		b = b[n:]
 	}
-	s.el.downv = append(s.el.downv, bs...)
+}
+
+// pieceMin and pieceMax bound the pieces down cuts: what the client's
+// socket does not take, gnet copies into a buffer of its own per slice
+// (elastic.Buffer's list), sized to the next power of two
+// (pkg/pool/byteslice): a cached 1 MB value's reply, 1 MiB and 10 bytes,
+// took 2 MiB, and a client that reads nothing held twice the bytes
+// max-client-memory counts (TestSlowReaderFlood with one loop: RSS 405 MB
+// over a 256 MB bound). Cut at powers of two, a reply wastes less than
+// pieceMin bytes. Below pieceMin a slice stays whole: one write call, as
+// before, for every small reply.
+const (
+	pieceMin = 4 << 10
+	pieceMax = 1 << 20
+)
+
+// piece is how many bytes of a slice of n bytes down queues as one: n up
+// to pieceMin, else the largest power of two at most n, up to pieceMax.
+func piece(n int) int {
+	if n <= pieceMin {
+		return n
+	}
+	return min(1<<(bits.Len(uint(n))-1), pieceMax)
 }
 
 // flushDown writes the queued bytes to the client (gnet copies what the

@@ -187,7 +187,6 @@ func (s *session) answerHeld() bool {
 	s.pauseCounted = false
 	s.el.stats.hits.Add(1) // before the reply: a client that got it sees it counted
 	_, _ = s.client.Discard(s.settleN)
-	_, _ = s.client.Write(f.Reply)
-	s.checkOutput()
+	s.writeOut(f.Reply)
 	return true
 }
