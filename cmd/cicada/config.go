@@ -57,10 +57,45 @@ var (
 	ErrChecked = errors.New("configuration checked")
 )
 
-// startProcs is GOMAXPROCS as the process started (the CPUs, or the
-// container's CPU limit), read before main raises it to loops+1: the
-// default of loops, the same at every reload.
-var startProcs = runtime.GOMAXPROCS(0)
+// startProcs is GOMAXPROCS as the process started (the CPUs, the
+// container's CPU limit, or the GOMAXPROCS environment variable), read
+// before main raises it to loops+1; startCPUs the CPUs the process may run
+// on; procsSet whether GOMAXPROCS came from the environment. With autoLoops
+// they make the default of loops, the same at every reload.
+var (
+	startProcs = runtime.GOMAXPROCS(0)
+	startCPUs  = runtime.NumCPU()
+	procsSet   = procsFromEnv(os.Getenv("GOMAXPROCS"))
+)
+
+// procsFromEnv reports whether the runtime took GOMAXPROCS from the
+// environment variable's value v: a positive integer (the runtime ignores
+// any other).
+func procsFromEnv(v string) bool {
+	n, err := strconv.ParseInt(v, 10, 32)
+	return err == nil && n > 0 && v[0] != '+'
+}
+
+// autoLoops is the number of event loops when none is configured (loops
+// 0), from GOMAXPROCS as the process started (procs), the CPUs it may run
+// on (cpus) and whether GOMAXPROCS was set in the environment (set).
+//
+// A CPU budget of Cicada's own, GOMAXPROCS set or a container CPU limit
+// below the CPUs (which Go reads into GOMAXPROCS), gets a loop per CPU of
+// it. Without one Cicada shares the machine with the Redis it sits beside,
+// and every loop it adds beyond the CPUs Redis leaves free takes turns on
+// a CPU with Redis's thread: it leaves one CPU to Redis and runs a loop on
+// each other, at least one. On 2 CPUs shared with Redis and the load
+// generator (2026-12-07, docs/configuration.md), one loop added less to
+// the median latency than two at every fixed rate from 5,000 to 40,000
+// requests/s (at 20,000: 0.152 ms against 0.275, direct Redis 0.070), and
+// two could not keep up at 40,000; two did more only at saturation.
+func autoLoops(procs, cpus int, set bool) int {
+	if set || procs < cpus {
+		return min(procs, maxLoops)
+	}
+	return min(max(cpus-1, 1), maxLoops)
+}
 
 // maxCacheCapacity bounds cache-capacity: the cache's slot table has a
 // power of two at least twice as many slots (16 bytes each), allocated at
@@ -98,7 +133,8 @@ type Config struct {
 	// 1-s window, at which that key is hot.
 	HotThreshold uint32
 	// Loops is the number of event loops, 1 to 256. A configured 0 (the
-	// default) means runtime.GOMAXPROCS(0), capped at 256; Load resolves it,
+	// default) means autoLoops: GOMAXPROCS if a CPU limit or the
+	// environment set it, else the CPUs less one for Redis; Load resolves it,
 	// so a loaded Config always has Loops >= 1. run then raises GOMAXPROCS
 	// to at least Loops+1 (reserveP).
 	Loops int
@@ -217,7 +253,7 @@ type setting struct {
 // (none is shown).
 type bound struct {
 	lo, hi int64
-	// note follows the range in the message ("0 = GOMAXPROCS").
+	// note follows the range in the message ("0 = automatic").
 	note string
 	// offZero: 0 is accepted too while the cache is off
 	// (cache-max-value 0), which only Validate can tell.
@@ -233,8 +269,8 @@ var settings = []setting{
 	{key: "local-admin", field: func(c *Config) any { return &c.LocalAdmin }, def: "127.0.0.1:9122", usage: `HTTP address of /debug/pprof/, /debug/hotkeys and /config (host:port, keep it on loopback; "" = off)`},
 	{key: "hot-threshold", field: func(c *Config) any { return &c.HotThreshold }, def: uint32(1), live: true, bound: &bound{lo: 1, hi: math.MaxUint32},
 		usage: "ops/s on one key (1-s window) below which it is never cached, >= 1; keys above it are cached by what they save Redis"},
-	{key: "loops", field: func(c *Config) any { return &c.Loops }, def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = GOMAXPROCS"},
-		usage: "event loops, at most 256; 0 = GOMAXPROCS (which is then raised to loops+1)"},
+	{key: "loops", field: func(c *Config) any { return &c.Loops }, def: 0, bound: &bound{lo: 0, hi: maxLoops, note: "0 = automatic"},
+		usage: "event loops, at most 256; 0 = automatic: GOMAXPROCS under a CPU limit, else the CPUs less one, left to Redis (GOMAXPROCS is then raised to loops+1)"},
 	{key: "cache-max-value", field: func(c *Config) any { return &c.CacheMaxValue }, def: byteSize(64 << 10), live: true, bound: &bound{lo: 0, hi: math.MaxInt},
 		usage: "replies with a larger value are not cached; 0 disables the cache"},
 	{key: "cache-capacity", field: func(c *Config) any { return &c.CacheCapacity }, def: 100000, live: true, bound: &bound{lo: 1, hi: maxCacheCapacity, offZero: true},
@@ -368,7 +404,7 @@ func Load(args []string, environ []string) (*Config, error) {
 		c.passwordFromFile = true
 	}
 	if c.Loops == 0 {
-		c.Loops = min(startProcs, maxLoops)
+		c.Loops = autoLoops(startProcs, startCPUs, procsSet)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

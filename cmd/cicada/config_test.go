@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +36,7 @@ func mustLoad(t *testing.T, args, environ []string) *Config {
 	return c
 }
 
-func defaultLoops() int { return min(runtime.GOMAXPROCS(0), maxLoops) }
+func defaultLoops() int { return autoLoops(startProcs, startCPUs, procsSet) }
 
 func TestDefaults(t *testing.T) {
 	got := mustLoad(t, nil, nil)
@@ -289,7 +288,42 @@ func TestDurations(t *testing.T) {
 	}
 }
 
-func TestLoopsZeroIsGOMAXPROCS(t *testing.T) {
+// TestAutoLoops: a CPU budget of Cicada's own (GOMAXPROCS set, or a limit
+// below the CPUs) gets a loop per CPU of it; a whole machine, one CPU less
+// for Redis.
+func TestAutoLoops(t *testing.T) {
+	for _, c := range []struct {
+		procs, cpus int
+		set         bool
+		want        int
+	}{
+		{1, 1, false, 1},
+		{2, 2, false, 1},
+		{8, 8, false, 7},
+		{2, 8, false, 2},  // a container limit of 2 CPUs
+		{1, 8, false, 1},  // a limit of 500m, rounded up by Go
+		{2, 2, true, 2},   // GOMAXPROCS=2 on 2 CPUs
+		{16, 4, true, 16}, // GOMAXPROCS above the CPUs
+		{1000, 1000, false, 256},
+		{1000, 2000, false, 256},
+	} {
+		if got := autoLoops(c.procs, c.cpus, c.set); got != c.want {
+			t.Errorf("autoLoops(%d, %d, %v) = %d, want %d", c.procs, c.cpus, c.set, got, c.want)
+		}
+	}
+}
+
+// TestProcsFromEnv: only a value the runtime takes counts as GOMAXPROCS
+// set.
+func TestProcsFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "2": true, "1": true, "0": false, "-1": false, "two": false, "2x": false, "+2": false, "99999999999": false} {
+		if got := procsFromEnv(v); got != want {
+			t.Errorf("procsFromEnv(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestLoopsZeroIsAutomatic(t *testing.T) {
 	for _, args := range [][]string{nil, {"--loops", "0"}} {
 		if c := mustLoad(t, args, nil); c.Loops != defaultLoops() || c.Loops < 1 {
 			t.Errorf("%q: got loops %d, want %d", args, c.Loops, defaultLoops())
@@ -420,8 +454,8 @@ func TestValidateErrors(t *testing.T) {
 		{"admin", func(c *Config) { c.Admin = ":65536" }, `admin: must be host:port, got ":65536"`},
 		{"local-admin", func(c *Config) { c.LocalAdmin = "9122" }, `local-admin: must be host:port, or "" for none, got "9122"`},
 		{"hot-threshold", func(c *Config) { c.HotThreshold = 0 }, "hot-threshold: must be between 1 and 4294967295, got 0"},
-		{"loops negative", func(c *Config) { c.Loops = -1 }, "loops: must be between 0 and 256, 0 = GOMAXPROCS, got -1"},
-		{"loops too many", func(c *Config) { c.Loops = 257 }, "loops: must be between 0 and 256, 0 = GOMAXPROCS, got 257"},
+		{"loops negative", func(c *Config) { c.Loops = -1 }, "loops: must be between 0 and 256, 0 = automatic, got -1"},
+		{"loops too many", func(c *Config) { c.Loops = 257 }, "loops: must be between 0 and 256, 0 = automatic, got 257"},
 		{"cache-max-value", func(c *Config) { c.CacheMaxValue = -1 }, "cache-max-value: must be >= 0, got -1"},
 		{"cache-capacity", func(c *Config) { c.CacheCapacity = 0 }, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0"},
 		{"cache-capacity too many", func(c *Config) { c.CacheCapacity = 1<<24 + 1 }, "cache-capacity: must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 16777217"},
@@ -650,8 +684,8 @@ func TestBoundWording(t *testing.T) {
 		{"hot-threshold", "0", "must be between 1 and 4294967295, got 0"},                   // Validate
 		{"hot-threshold", "4294967296", "must be between 1 and 4294967295, got 4294967296"}, // decoder
 		{"hot-threshold", "abc", `invalid integer "abc"`},
-		{"loops", "257", "must be between 0 and 256, 0 = GOMAXPROCS, got 257"},
-		{"loops", "-1", "must be between 0 and 256, 0 = GOMAXPROCS, got -1"},
+		{"loops", "257", "must be between 0 and 256, 0 = automatic, got 257"},
+		{"loops", "-1", "must be between 0 and 256, 0 = automatic, got -1"},
 		{"cache-capacity", "0", "must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got 0"},
 		{"cache-capacity", "-1", "must be between 1 and 16777216, or 0 with cache-max-value 0 (the cache off), got -1"},
 		{"cache-max-value", "-1", "must be >= 0, got -1"},
