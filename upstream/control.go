@@ -293,7 +293,7 @@ func (s *Subscriber) checkCounters(ctx context.Context, ctl *redis.Client) error
 	if err != nil {
 		return err
 	}
-	now["config|set"]++
+	s.counters["config|set"]++ // s.counters is now: the reading before Cicada's CONFIG SET
 	if s.compareCounters(after) {
 		s.cache.Flush()
 	}
