@@ -27,6 +27,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cicada-proxy/cicada/resp"
 )
 
 func main() {
@@ -129,17 +131,11 @@ func dial(addr string) (*conn, error) {
 // bulk string (its bytes are discarded); an error reply is returned as an
 // error.
 func (c *conn) do(args ...string) error {
-	var b []byte
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, "\r\n"...)
-		b = append(b, a...)
-		b = append(b, "\r\n"...)
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
 	}
+	b := resp.AppendCommand(nil, bs...)
 	if _, err := c.Write(b); err != nil {
 		return err
 	}
