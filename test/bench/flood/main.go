@@ -7,8 +7,9 @@
 // connections were closed per second.
 //
 // It first SETs the large key (-big-bytes of 'b') and the small one, and
-// reads each 20 times so that Cicada caches both. Bounded by -d; meant for
-// loopback addresses only. docs/limits.md has its figures.
+// reads each 20 times so that Cicada caches both. Bounded by -d (the probe
+// fails if the server has not answered 10 s after it); refuses addresses
+// that are not loopback. docs/limits.md has its figures.
 //
 // Usage: flood -addr 127.0.0.1:7902 -n 8 -d 10s
 package main
@@ -44,6 +45,9 @@ func main() {
 }
 
 func run(addr string, n int, d time.Duration, bigBytes int) error {
+	if err := loopback(addr); err != nil {
+		return err
+	}
 	probe, err := dial(addr)
 	if err != nil {
 		return err
@@ -91,6 +95,10 @@ func run(addr string, n int, d time.Duration, bigBytes int) error {
 	}
 	var lat []time.Duration
 	var perr error
+	// A server that stops answering fails the probe soon after the end.
+	if err := probe.SetDeadline(stop.Add(10 * time.Second)); err != nil {
+		return err
+	}
 	for time.Now().Before(stop) {
 		t := time.Now()
 		if perr = probe.do("GET", "small"); perr != nil {
@@ -110,6 +118,19 @@ func run(addr string, n int, d time.Duration, bigBytes int) error {
 	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
 	fmt.Printf("probe %d reads: p50 %v p99 %v max %v; flood connections closed %d (%.0f/s)\n",
 		len(lat), q(0.5), q(0.99), lat[len(lat)-1], closes.Load(), float64(closes.Load())/d.Seconds())
+	return nil
+}
+
+// loopback refuses an address whose host is not a loopback IP: the flood
+// is meant for a server on this machine only.
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%s is not a loopback address", addr)
+	}
 	return nil
 }
 

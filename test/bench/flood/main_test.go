@@ -14,4 +14,7 @@ func TestRun(t *testing.T) {
 	if err := run(r.Addr, 2, 500*time.Millisecond, 1<<20); err != nil {
 		t.Fatal(err)
 	}
+	if err := run("192.0.2.1:6379", 1, time.Millisecond, 1); err == nil || err.Error() != "192.0.2.1:6379 is not a loopback address" {
+		t.Fatalf("a non-loopback address: %v", err)
+	}
 }
